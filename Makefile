@@ -1,0 +1,25 @@
+# The two commands of the README. Each creates/refreshes .venv and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/fastrebalance demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fastrebalance tests examples
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q -ra --durations=15
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

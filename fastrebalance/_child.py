@@ -1,0 +1,344 @@
+"""The child consumer: reads the skipped backlog ranges, then stands by.
+
+It is an ordinary confluent-kafka consumer built from the user's config (security,
+SASL, SSL, callbacks) minus group membership: it reads by ``assign()`` and commits
+into its own group id, so it never joins or disturbs the user's group.
+
+Thread ownership: the child's librdkafka handle, like the primary's, is owned by
+the thread that calls the facade's poll()/consume()/commit() (the user's thread).
+librdkafka's own threads fetch for both handles concurrently; that is where the
+parallel catch-up comes from, with no Python thread and no cross-thread queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer as _RdConsumer
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from ._state import PartitionState
+from ._token import (
+    ChildCheckpoint,
+    TokenError,
+    decode_child_checkpoint,
+    encode_child_checkpoint,
+)
+
+__all__ = ["Child", "ChildState"]
+
+log = logging.getLogger("fastrebalance.child")
+
+Key = tuple[str, int]
+#: (topic, partition, first lost offset, end of lost offsets) -> None
+DeletedCallback = Callable[[str, int, int, int], None]
+
+
+class ChildState(enum.Enum):
+    NOT_STARTED = "not started"  # no handle yet: no backlog ever needed one
+    ACTIVE = "active"  # handle open, reading at least one range
+    STANDBY = "standby"  # handle open, nothing to read: kept for the next crash
+    CLOSED = "closed"  # closed with the facade
+
+
+class _Cursor:
+    """The piece of a pending range the child is reading: [pos, end)."""
+
+    __slots__ = ("end", "pos", "start", "state")
+
+    def __init__(self, start: int, end: int, state: PartitionState) -> None:
+        self.start = start
+        self.pos = start
+        self.end = end
+        self.state = state
+
+
+class Child:
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        on_deleted: DeletedCallback,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self._conf = conf
+        self._on_deleted = on_deleted
+        self._timeout = timeout_s
+        self._handle: _RdConsumer | None = None
+        self._cursors: dict[Key, _Cursor] = {}
+        self._paused: set[Key] = set()
+        self._closed = False
+        self._needs_restart = False
+        #: Handles created so far: 1 after the first catch-up, whatever the crashes.
+        self.handles_created = 0
+
+    # -- lifecycle ------------------------------------------------------------
+    @property
+    def state(self) -> ChildState:
+        if self._closed:
+            return ChildState.CLOSED
+        if self._handle is None:
+            return ChildState.NOT_STARTED
+        return ChildState.ACTIVE if self._cursors else ChildState.STANDBY
+
+    @property
+    def alive(self) -> bool:
+        return self._handle is not None and not self._closed and not self._needs_restart
+
+    @property
+    def active(self) -> bool:
+        return bool(self._cursors)
+
+    def handle(self) -> _RdConsumer:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._handle is None:
+            conf = dict(self._conf)
+            user_error_cb = conf.get("error_cb")
+
+            def error_cb(err: KafkaError) -> None:
+                if err.fatal():
+                    self._needs_restart = True
+                if user_error_cb is not None:
+                    user_error_cb(err)
+
+            conf["error_cb"] = error_cb
+            self._handle = _RdConsumer(conf)
+            self.handles_created += 1
+            log.info("child consumer started (group %s)", conf.get("group.id"))
+        return self._handle
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._cursors.clear()
+        if self._handle is not None:
+            try:
+                self._handle.close()
+            except (RuntimeError, KafkaException) as exc:
+                log.warning("child consumer close failed: %s", exc)
+
+    # -- assignment -----------------------------------------------------------
+    def start(self, key: Key, state: PartitionState) -> None:
+        """Begin (or continue) reading ``state``'s pending ranges for ``key``."""
+        resume = state.child_delivered
+        piece = state.ranges.next_from(resume if resume is not None else 0)
+        if piece is None:
+            return
+        handle = self.handle()
+        fresh = key not in self._cursors
+        self._cursors[key] = _Cursor(piece[0], piece[1], state)
+        tp = TopicPartition(key[0], key[1], piece[0])
+        if fresh:
+            handle.incremental_assign([tp])
+            if key in self._paused:
+                handle.pause([TopicPartition(key[0], key[1])])
+        else:
+            handle.seek(tp)
+        log.info(
+            "catch-up of %s [%d] from offset %d (%d ranges, %d records pending)",
+            key[0],
+            key[1],
+            piece[0],
+            len(state.ranges),
+            state.ranges.count(),
+        )
+
+    def stop(self, keys: Iterable[Key]) -> None:
+        """Stop reading ``keys`` (revoked, lost or finished); progress is in the logs."""
+        gone = [TopicPartition(k[0], k[1]) for k in keys if self._cursors.pop(k, None)]
+        if gone and self._handle is not None:
+            try:
+                self._handle.incremental_unassign(gone)
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("child unassign failed: %s", exc)
+
+    def forget(self, keys: Iterable[Key]) -> None:
+        """The partitions left this member: stop, and drop their pause state too."""
+        keys = list(keys)
+        self.stop(keys)
+        self._paused.difference_update(keys)
+
+    def refresh(self, key: Key) -> None:
+        """The ranges changed under the cursor (coalesced, seek, retention): re-aim."""
+        cur = self._cursors.get(key)
+        if cur is None:
+            return
+        piece = cur.state.ranges.next_from(cur.pos)
+        if piece is None:
+            self._finish(key)
+        elif piece != (cur.pos, cur.end):
+            cur.start, cur.end = piece
+            if piece[0] != cur.pos:
+                cur.pos = piece[0]
+                self._seek(key, piece[0])
+
+    def pause(self, keys: Iterable[Key]) -> None:
+        mine = []
+        for k in keys:
+            self._paused.add(k)
+            if k in self._cursors:
+                mine.append(TopicPartition(k[0], k[1]))
+        if mine and self._handle is not None:
+            self._handle.pause(mine)
+
+    def resume(self, keys: Iterable[Key]) -> None:
+        mine = []
+        for k in keys:
+            self._paused.discard(k)
+            if k in self._cursors:
+                mine.append(TopicPartition(k[0], k[1]))
+        if mine and self._handle is not None:
+            self._handle.resume(mine)
+
+    def position(self, key: Key) -> int | None:
+        cur = self._cursors.get(key)
+        return cur.pos if cur is not None else None
+
+    # -- reading --------------------------------------------------------------
+    def consume(self, num: int, timeout: float = 0.0) -> list[Message]:
+        if not self._cursors:
+            return []
+        if self._needs_restart:
+            self.restart()
+        try:
+            msgs = self.handle().consume(num, timeout)
+        except RuntimeError:  # the handle died under us: a child crash
+            self.restart()
+            return []
+        return self._accept(msgs) if msgs else msgs
+
+    def _accept(self, msgs: list[Message]) -> list[Message]:
+        """Keep the records inside the current piece of each partition's range."""
+        out = []
+        cursors = self._cursors
+        for m in msgs:
+            if m.error() is not None:
+                self._on_error(m)
+                continue
+            key = (m.topic(), m.partition())
+            cur = cursors.get(key)
+            if cur is None:
+                continue  # fetched before the partition was stopped
+            o = m.offset()
+            if o < cur.pos:
+                continue  # fetched before a seek
+            if o >= cur.end:
+                # past the piece: records of another stream, or a gap (compaction,
+                # transaction markers) ate the end of the piece
+                cur = self._next_piece(key, cur, o)
+                if cur is None or not (cur.pos <= o < cur.end):
+                    continue
+            cur.pos = o + 1
+            cur.state.child_delivered = cur.pos
+            out.append(m)
+            if cur.pos >= cur.end:
+                self._next_piece(key, cur, cur.pos)
+        return out
+
+    def _next_piece(self, key: Key, cur: _Cursor, offset: int) -> _Cursor | None:
+        """Move ``cur`` to the next pending piece; seek unless ``offset`` (the record
+        in hand, or the end just reached) already lies inside it."""
+        piece = cur.state.ranges.next_from(cur.end)
+        if piece is None:
+            cur.state.child_delivered = cur.end
+            self._finish(key)
+            return None
+        cur.start, cur.end = piece
+        cur.pos = piece[0]
+        if not (piece[0] <= offset < piece[1]):
+            self._seek(key, piece[0])
+        return cur
+
+    def _finish(self, key: Key) -> None:
+        self.stop([key])
+        log.info("catch-up of %s [%d] finished: backlog delivered", key[0], key[1])
+
+    def _seek(self, key: Key, offset: int) -> None:
+        tp = TopicPartition(key[0], key[1], offset)
+        try:
+            self.handle().seek(tp)
+        except KafkaException:
+            # seek needs an actively fetching partition; re-assigning always works
+            self.handle().incremental_unassign([TopicPartition(key[0], key[1])])
+            self.handle().incremental_assign([tp])
+
+    def _on_error(self, m: Message) -> None:
+        err = m.error()
+        key = (m.topic(), m.partition())
+        if err.code() == KafkaError._AUTO_OFFSET_RESET and key in self._cursors:
+            self._skip_deleted(key)
+        elif err.code() == KafkaError._PARTITION_EOF:
+            return
+        else:
+            log.warning("child consumer: %s [%s]: %s", m.topic(), m.partition(), err)
+
+    def _skip_deleted(self, key: Key) -> None:
+        """Retention deleted records the child still had to read: report, move on."""
+        cur = self._cursors[key]
+        low, _high = self.handle().get_watermark_offsets(
+            TopicPartition(key[0], key[1]), timeout=self._timeout, cached=False
+        )
+        ranges = cur.state.ranges
+        for s, e in list(ranges):
+            lost_from, lost_to = max(s, cur.pos), min(e, low)
+            if s >= low:
+                break
+            if lost_from < lost_to:
+                self._on_deleted(key[0], key[1], lost_from, lost_to)
+        ranges.remove_below(low)
+        piece = ranges.next_from(max(low, cur.pos))
+        self.stop([key])
+        if piece is not None:
+            cur.state.child_delivered = piece[0]
+            self.start(key, cur.state)
+        else:
+            cur.state.child_delivered = low
+
+    # -- the child's commit log -----------------------------------------------
+    def commit(
+        self, checkpoints: dict[Key, ChildCheckpoint], asynchronous: bool
+    ) -> list[TopicPartition] | None:
+        offsets = [
+            TopicPartition(k[0], k[1], cp.offset, metadata=encode_child_checkpoint(cp))
+            for k, cp in checkpoints.items()
+        ]
+        return self.handle().commit(offsets=offsets, asynchronous=asynchronous)
+
+    def committed(self, keys: list[Key]) -> dict[Key, ChildCheckpoint]:
+        """Read the child's commit log; foreign or corrupt entries are skipped."""
+        tps = [TopicPartition(k[0], k[1]) for k in keys]
+        out: dict[Key, ChildCheckpoint] = {}
+        for tp in self.handle().committed(tps, timeout=self._timeout):
+            if tp.offset < 0:
+                continue
+            try:
+                cp = decode_child_checkpoint(tp.metadata, tp.offset)
+            except TokenError as exc:
+                log.warning("child checkpoint of %s [%d] ignored: %s", tp.topic, tp.partition, exc)
+                continue
+            if cp is not None:
+                out[(tp.topic, tp.partition)] = cp
+        return out
+
+    def restart(self) -> None:
+        """A child crash: new handle, resume each partition from the child's log."""
+        log.warning("child consumer restarting: resuming from its commit log")
+        old, self._handle = self._handle, None
+        self._needs_restart = False
+        if old is not None:
+            with contextlib.suppress(RuntimeError, KafkaException):
+                old.close()
+        work = {k: c.state for k, c in self._cursors.items()}
+        self._cursors.clear()
+        checkpoints = self.committed(list(work)) if work else {}
+        for key, state in work.items():
+            cp = checkpoints.get(key)
+            if cp is not None and any(end == cp.end for _, end in state.ranges):
+                state.ranges.remove(cp.start, cp.offset)
+            state.child_delivered = None  # delivered but uncommitted: deliver again
+            self.start(key, state)

@@ -1,0 +1,191 @@
+"""Split the user's config into ours and librdkafka's, validate ours, derive the child's.
+
+Our keys are popped from a *copy* before librdkafka sees the rest (librdkafka
+rejects unknown properties). Every rejection names the key and the accepted values,
+because a consumer that silently ignores ``enable.parallel.rebalance=ture`` would
+leave its user without the latency they configured for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._token import DEFAULT_METADATA_MAX_BYTES
+
+__all__ = ["CONFIG_KEYS", "DEFAULT_LAG_THRESHOLD", "ParallelConfig", "child_config", "split_config"]
+
+ENABLE_KEY = "enable.parallel.rebalance"
+THRESHOLD_KEY = "parallel.rebalance.lag.threshold"
+CATCHUP_GROUP_KEY = "parallel.rebalance.catchup.group.id"
+METADATA_MAX_KEY = "parallel.rebalance.metadata.max.bytes"
+_PREFIX = "parallel.rebalance."
+
+#: Catch-up starts when log end - committed exceeds this many records. Below ~1000
+#: records replaying costs milliseconds at Kafka speeds, while a catch-up costs a
+#: second commit per commit() and out-of-order delivery; above it the plain
+#: replay visibly delays fresh records.
+DEFAULT_LAG_THRESHOLD = 1000
+CATCHUP_GROUP_SUFFIX = ".catchup"
+
+#: Key -> (default, accepted values) for the docs table and for error messages.
+CONFIG_KEYS: dict[str, tuple[str, str]] = {
+    ENABLE_KEY: ("false", "true or false (bool or string)"),
+    THRESHOLD_KEY: (str(DEFAULT_LAG_THRESHOLD), "an integer >= 0 (records)"),
+    CATCHUP_GROUP_KEY: (
+        f"<group.id>{CATCHUP_GROUP_SUFFIX}",
+        "a non-empty group id different from group.id, used by no subscriber",
+    ),
+    METADATA_MAX_KEY: (
+        str(DEFAULT_METADATA_MAX_BYTES),
+        "an integer from 256 to 1048576, at most the broker's offset.metadata.max.bytes",
+    ),
+}
+
+# Keys that make a consumer a *member* of a group. The child must never join (and
+# so never disturb) the user's group: it reads by assign() and commits into its own
+# group id, which nobody subscribes with.
+_MEMBERSHIP_KEYS = (
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "group.protocol",
+    "group.protocol.type",
+    "group.remote.assignor",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "auto.commit.interval.ms",
+    "on_assign",
+    "on_revoke",
+    "on_lost",
+)
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Our settings, validated. ``enabled=False`` means: behave as confluent_kafka.Consumer."""
+
+    enabled: bool = False
+    lag_threshold: int = DEFAULT_LAG_THRESHOLD
+    catchup_group_id: str = ""
+    metadata_max_bytes: int = DEFAULT_METADATA_MAX_BYTES
+    # The user's commit behaviour, which we emulate when enabled (librdkafka's own
+    # auto-commit would store the primary's position and skip the backlog).
+    auto_commit: bool = True
+    auto_commit_interval_s: float = 5.0
+    auto_offset_store: bool = True
+    incremental: bool = False
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(
+        f"{key}={value!r} is invalid: expected {CONFIG_KEYS.get(key, ('', 'true or false'))[1]}"
+    )
+
+
+def _int(key: str, value: Any, lo: int, hi: int | None = None) -> int:
+    parsed: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        parsed = value
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        parsed = int(value.strip())
+    if parsed is None or parsed < lo or (hi is not None and parsed > hi):
+        raise ValueError(f"{key}={value!r} is invalid: expected {CONFIG_KEYS[key][1]}")
+    return parsed
+
+
+def _librdkafka_bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = conf.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
+
+
+def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any]]:
+    """Return (our validated settings, the config for the primary librdkafka handle).
+
+    Raises:
+        ValueError: naming the offending key and what it accepts.
+        TypeError: the config is not a mapping.
+    """
+    if not isinstance(conf, Mapping):
+        raise TypeError(f"config must be a dict, not {type(conf).__name__}")
+    rest = dict(conf)
+    unknown = sorted(
+        k for k in rest if isinstance(k, str) and k.startswith(_PREFIX) and k not in CONFIG_KEYS
+    )
+    if unknown:
+        raise ValueError(
+            f"unknown configuration key {unknown[0]!r}: the parallel.rebalance.* keys are "
+            + ", ".join(k for k in CONFIG_KEYS if k.startswith(_PREFIX))
+        )
+    enabled = _bool(ENABLE_KEY, rest.pop(ENABLE_KEY, False))
+    threshold = _int(THRESHOLD_KEY, rest.pop(THRESHOLD_KEY, DEFAULT_LAG_THRESHOLD), 0)
+    max_bytes = _int(
+        METADATA_MAX_KEY, rest.pop(METADATA_MAX_KEY, DEFAULT_METADATA_MAX_BYTES), 256, 1 << 20
+    )
+    catchup_group = rest.pop(CATCHUP_GROUP_KEY, None)
+    group_id = rest.get("group.id")
+    if not enabled:
+        return ParallelConfig(enabled=False), rest
+
+    if not isinstance(group_id, str) or not group_id:
+        raise ValueError(
+            f"{ENABLE_KEY}=true requires group.id: the catch-up state is kept in the "
+            "group's committed offsets"
+        )
+    if catchup_group is None:
+        catchup_group = group_id + CATCHUP_GROUP_SUFFIX
+    if not isinstance(catchup_group, str) or not catchup_group or catchup_group == group_id:
+        raise ValueError(
+            f"{CATCHUP_GROUP_KEY}={catchup_group!r} is invalid: expected "
+            f"{CONFIG_KEYS[CATCHUP_GROUP_KEY][1]}"
+        )
+    interval_ms = _int_passthrough(rest, "auto.commit.interval.ms", 5000)
+    strategy = str(rest.get("partition.assignment.strategy", ""))
+    protocol = str(rest.get("group.protocol", "classic")).lower()
+    settings = ParallelConfig(
+        enabled=True,
+        lag_threshold=threshold,
+        catchup_group_id=catchup_group,
+        metadata_max_bytes=max_bytes,
+        auto_commit=_librdkafka_bool(rest, "enable.auto.commit", True),
+        auto_commit_interval_s=interval_ms / 1000.0,
+        auto_offset_store=_librdkafka_bool(rest, "enable.auto.offset.store", True),
+        incremental=protocol == "consumer" or "cooperative" in strategy,
+    )
+    # librdkafka's auto-commit would store the primary's position, past the backlog:
+    # we commit ourselves, on the same schedule, with the safe offset and a token.
+    rest["enable.auto.commit"] = False
+    return settings, rest
+
+
+def _int_passthrough(conf: Mapping[str, Any], key: str, default: int) -> int:
+    try:
+        return int(conf.get(key, default))
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={conf.get(key)!r} is invalid: expected an integer") from None
+
+
+def child_config(primary_conf: Mapping[str, Any], settings: ParallelConfig) -> dict[str, Any]:
+    """The child's config: the user's whole config (security, SASL, SSL, callbacks)
+    minus group membership, with its own group id, commits and offset-reset policy.
+
+    ``auto.offset.reset=error`` makes a range start deleted by retention surface as
+    an ``_AUTO_OFFSET_RESET`` event we can report, instead of a silent jump.
+    """
+    conf = {k: v for k, v in primary_conf.items() if k not in _MEMBERSHIP_KEYS}
+    conf["group.id"] = settings.catchup_group_id
+    client_id = conf.get("client.id") or "rdkafka"
+    conf["client.id"] = f"{client_id}-catchup"
+    conf["enable.auto.commit"] = False
+    conf["enable.auto.offset.store"] = False
+    conf["auto.offset.reset"] = "error"
+    conf["enable.partition.eof"] = False
+    conf.pop("on_commit", None)
+    return conf

@@ -1,0 +1,791 @@
+"""``Consumer``: a drop-in for ``confluent_kafka.Consumer`` implementing KIP-333.
+
+With ``enable.parallel.rebalance=false`` (the default) every public method is the
+primary handle's own bound method: the same behaviour at the same speed.
+
+With it on, a partition gained with a backlog larger than the threshold is read
+by two consumers: the *primary* (the user's group member) jumps to the log end
+so fresh records flow at once, and the *child* reads the skipped range
+``[committed, log end)`` until it reaches its end. ``poll()``/``consume()`` merge
+both, fresh first; ``commit()`` routes each offset to the stream it came from and
+writes both commit logs; the user's group only ever stores the safe offset.
+
+Thread ownership: the primary and child librdkafka handles are both owned by the
+thread that calls this object's methods, exactly as a ``confluent_kafka.Consumer``
+is; do not share one ``Consumer`` between threads. Rebalance callbacks run inside
+``poll()``/``consume()`` on that same thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka import Consumer as _RdConsumer
+
+from ._child import Child, ChildState
+from ._config import ParallelConfig, child_config, split_config
+from ._ranges import RangeSet
+from ._retry import call_with_retries
+from ._state import PartitionState, plan_assignment, restore
+from ._token import TokenTooLargeError, encode_group_token
+
+__all__ = ["CatchupStatus", "Consumer"]
+
+log = logging.getLogger("fastrebalance.consumer")
+
+Key = tuple[str, int]
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+
+#: While both streams have records, at least one delivered record in this many
+#: comes from the child: fresh records keep priority, the backlog never starves.
+CHILD_SHARE = 8
+#: Longest single wait on the primary while the child may have records, seconds.
+_SLICE_S = 0.01
+#: Longest single wait on the primary when the child is idle: a rebalance inside
+#: that wait may start a catch-up, which must not wait for the user's whole timeout.
+_IDLE_SLICE_S = 0.2
+#: Broker round trips made on the user's behalf (committed offsets, watermarks).
+_REQUEST_TIMEOUT_S = 10.0
+
+_PASSTHROUGH = (
+    "assign", "assignment", "close", "cluster_id", "commit", "committed", "consume",
+    "consumer_group_metadata", "get_watermark_offsets", "incremental_assign",
+    "incremental_unassign", "list_topics", "memberid", "offsets_for_times", "pause", "poll",
+    "position", "resume", "seek", "set_sasl_credentials", "store_offsets", "unassign",
+    "unsubscribe",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CatchupStatus:
+    """Catch-up progress of one partition, as ``catchup_status()`` reports it.
+
+    Attributes:
+        pending_ranges: backlog ranges ``[start, end)`` not yet committed as processed.
+        child_position: next offset the child will deliver; None when it is not
+            reading this partition (finished, or never needed).
+        records_remaining: offsets pending at or after ``child_position``.
+        child_alive: the child consumer exists and is running (reading or standby).
+    """
+
+    pending_ranges: tuple[tuple[int, int], ...]
+    child_position: int | None
+    records_remaining: int
+    child_alive: bool
+
+
+def _key(tp: TopicPartition) -> Key:
+    return (tp.topic, tp.partition)
+
+
+def _tp(key: Key, offset: int, metadata: str | None = None) -> TopicPartition:
+    if metadata:
+        return TopicPartition(key[0], key[1], offset, metadata=metadata)
+    return TopicPartition(key[0], key[1], offset)
+
+
+class Consumer:
+    """A ``confluent_kafka.Consumer`` with KIP-333 faster rebalancing.
+
+    Args:
+        config: the confluent-kafka configuration dict, plus our keys
+            (``enable.parallel.rebalance``, ``parallel.rebalance.*``; see docs).
+        **kwargs: merged into ``config``, as confluent-kafka allows (``logger=``).
+
+    Raises:
+        ValueError: one of our keys is invalid or unknown (the message names it).
+        KafkaException: librdkafka rejected the rest of the config.
+    """
+
+    def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
+        conf = dict(config or {})
+        conf.update(kwargs)
+        self._settings: ParallelConfig
+        self._settings, primary_conf = split_config(conf)
+        # The primary handle: the user's group member. Owner: the user's thread.
+        self._primary = _RdConsumer(primary_conf)
+        self._closed = False
+        self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
+        if not self._settings.enabled:
+            for name in _PASSTHROUGH:
+                if name not in ("close", "subscribe"):
+                    setattr(self, name, getattr(self._primary, name))
+            self._child: Child | None = None
+            return
+        self._error_cb = conf.get("error_cb")
+        # The child handle, created on the first backlog. Owner: the user's thread.
+        self._child = Child(child_config(primary_conf, self._settings), self._report_deleted)
+        self._states: dict[Key, PartitionState] = {}
+        self._stored: dict[Key, int] = {}  # store_offsets() when auto store is off
+        self._stored_child: dict[Key, int] = {}
+        self._prepared: dict[Key, PartitionState] = {}  # planned during a rebalance
+        self._in_rebalance = False
+        self._assigned_in_callback = False
+        self._subscribed = False
+        self._fair = 0
+        self._auto_due = (
+            time.monotonic() + self._settings.auto_commit_interval_s
+            if self._settings.auto_commit
+            else float("inf")
+        )
+
+    # ------------------------------------------------------------------ misc
+    def __repr__(self) -> str:
+        mode = "parallel" if self._settings.enabled else "plain"
+        return f"<fastrebalance.Consumer {mode} child={self._child_state().value}>"
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _child_state(self) -> ChildState:
+        return self._child.state if self._child is not None else ChildState.NOT_STARTED
+
+    def child_consumer_is_alive(self) -> bool:
+        """True once the child consumer has started and while it runs (reading a
+        backlog or on standby for the next crash); False before any catch-up,
+        after close(), and while it restarts after a failure."""
+        return self._child is not None and self._child.alive
+
+    childConsumerIsAlive = child_consumer_is_alive
+
+    def catchup_status(self) -> dict[Key, CatchupStatus]:
+        """Per assigned (topic, partition) with a backlog: ranges, child progress."""
+        if self._child is None:
+            return {}
+        alive = self._child.alive
+        out = {}
+        for key, st in self._states.items():
+            if not st.ranges:
+                continue
+            pos = self._child.position(key)
+            remaining = st.ranges.copy()
+            if st.child_delivered is not None:
+                remaining.remove_below(st.child_delivered)
+            out[key] = CatchupStatus(st.ranges.as_tuple(), pos, remaining.count(), alive)
+        return out
+
+    # ------------------------------------------------------------ subscribe
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """As confluent-kafka's; callbacks receive this Consumer, not the inner handle."""
+        self._user_callbacks = (on_assign, on_revoke, on_lost)
+        if not self._settings.enabled:
+            kwargs = {}
+            for name, cb in (
+                ("on_assign", on_assign),
+                ("on_revoke", on_revoke),
+                ("on_lost", on_lost),
+            ):
+                if cb is not None:
+                    kwargs[name] = self._relay(cb)
+            self._primary.subscribe(topics, **kwargs)
+            return
+        self._subscribed = True
+        self._primary.subscribe(
+            topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def _relay(self, cb: RebalanceCallback) -> RebalanceCallback:
+        return lambda _handle, partitions: cb(self, partitions)
+
+    def unsubscribe(self) -> None:
+        self._primary.unsubscribe()
+
+    # ----------------------------------------------------------- rebalances
+    def _on_assign(self, _handle: Any, partitions: list[TopicPartition]) -> None:
+        self._in_rebalance, self._assigned_in_callback = True, False
+        try:
+            planned = self._prepare(partitions)
+            if self._user_callbacks[0] is not None:
+                self._user_callbacks[0](self, planned)
+            if not self._assigned_in_callback:
+                self._apply_assignment(planned, incremental=self._settings.incremental)
+        finally:
+            self._in_rebalance = False
+            self._prepared.clear()
+
+    def _on_revoke(self, _handle: Any, partitions: list[TopicPartition]) -> None:
+        self._in_rebalance = True
+        try:
+            if self._user_callbacks[1] is not None:
+                self._user_callbacks[1](self, partitions)
+            keys = [_key(tp) for tp in partitions]
+            if self._settings.auto_commit:
+                self._commit_quietly(self._delivered(keys), asynchronous=False)
+            self._forget(keys)
+        finally:
+            self._in_rebalance = False
+
+    def _on_lost(self, _handle: Any, partitions: list[TopicPartition]) -> None:
+        # confluent-kafka calls on_revoke when no on_lost is given: so do we
+        user_cb = self._user_callbacks[2] or self._user_callbacks[1]
+        if user_cb is not None:
+            user_cb(self, partitions)
+        keys = [_key(tp) for tp in partitions]
+        if self._settings.auto_commit and self._child is not None:
+            # The group commit would be fenced; the child's own log still accepts
+            # its checkpoints, so the next owner resumes the backlog from there.
+            updates = [u for u in self._delivered(keys) if self._is_child_update(u)]
+            self._commit_quietly(updates, asynchronous=False, group=False)
+        self._forget(keys)
+
+    def _is_child_update(self, update: tuple[Key, int, str | None]) -> bool:
+        st = self._states.get(update[0])
+        return st is not None and st.is_child_offset(update[1] - 1)
+
+    def _forget(self, keys: list[Key]) -> None:
+        assert self._child is not None
+        self._child.forget(keys)
+        for k in keys:
+            self._states.pop(k, None)
+            self._stored.pop(k, None)
+            self._stored_child.pop(k, None)
+
+    def _prepare(self, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """Read both commit logs and the watermarks; decide each partition's start.
+
+        Returns copies of ``partitions`` with the primary's start offsets filled in
+        (the log end for a partition that catches up).
+        """
+        assert self._child is not None
+        todo = [tp for tp in partitions if tp.offset in (OFFSET_INVALID, OFFSET_STORED)]
+        out = []
+        committed: dict[Key, TopicPartition] = {}
+        if todo:
+            try:
+                got = call_with_retries(
+                    lambda: self._primary.committed(
+                        [TopicPartition(tp.topic, tp.partition) for tp in todo],
+                        timeout=_REQUEST_TIMEOUT_S,
+                    )
+                )
+                committed = {_key(tp): tp for tp in got}
+            except KafkaException as exc:
+                # Without committed offsets there is nothing to plan: let librdkafka
+                # resume from them itself, as a plain consumer would.
+                log.error("cannot read committed offsets, no catch-up this time: %s", exc)
+        needs_child_log = [
+            k for k, tp in committed.items() if tp.metadata and tp.metadata.startswith("~fr")
+        ]
+        checkpoints = {}
+        if needs_child_log:
+            try:
+                raw = call_with_retries(
+                    lambda: self._child.handle().committed(
+                        [TopicPartition(*k) for k in needs_child_log], timeout=_REQUEST_TIMEOUT_S
+                    )
+                )
+                checkpoints = {_key(tp): tp for tp in raw}
+            except KafkaException as exc:
+                log.warning("cannot read the child's commit log; backlog re-read: %s", exc)
+        for tp in partitions:
+            key = _key(tp)
+            g = committed.get(key)
+            if g is None:
+                state = PartitionState(None, RangeSet(), None)
+                if tp.offset >= 0:
+                    state.seek(tp.offset)
+                self._prepared[key] = state
+                out.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+                continue
+            c = checkpoints.get(key)
+            restored = restore(
+                g.offset, g.metadata, c.offset if c else -1, c.metadata if c else None
+            )
+            if restored.problem:
+                log.warning(
+                    "%s [%d]: %s; using offset %d", key[0], key[1], restored.problem, g.offset
+                )
+            start, state = self._plan_one(key, restored)
+            self._prepared[key] = state
+            out.append(TopicPartition(tp.topic, tp.partition, start))
+        return out
+
+    def _plan_one(self, key: Key, restored: Any) -> tuple[int, PartitionState]:
+        if restored.position is None:
+            return OFFSET_INVALID, PartitionState(None, RangeSet(), None)
+        try:
+            low, high = call_with_retries(
+                lambda: self._primary.get_watermark_offsets(
+                    TopicPartition(*key), timeout=_REQUEST_TIMEOUT_S, cached=False
+                )
+            )
+        except KafkaException as exc:
+            log.warning("%s [%d]: no watermarks (%s): resuming without a new catch-up", *key, exc)
+            low, high = 0, restored.position
+        plan = plan_assignment(restored, low, high, self._settings.lag_threshold)
+        for start, end in plan.deleted:
+            self._report_deleted(key[0], key[1], start, end)
+        if plan.caught_up is not None:
+            log.info(
+                "%s [%d]: committed %d, log end %d: primary starts at %d, child reads [%d, %d)",
+                key[0],
+                key[1],
+                restored.position,
+                high,
+                plan.start,
+                *plan.caught_up,
+            )
+        assert plan.start is not None
+        state = PartitionState(plan.start, plan.ranges, plan.start, restored.user_metadata)
+        return plan.start, state
+
+    def _apply_assignment(self, planned: list[TopicPartition], incremental: bool) -> None:
+        """Hand the planned offsets to the primary, then start the child's ranges."""
+        assert self._child is not None
+        if incremental:
+            self._primary.incremental_assign(planned)
+        else:
+            self._primary.assign(planned)
+            keep = {_key(tp) for tp in planned}
+            self._forget([k for k in self._states if k not in keep])
+        for tp in planned:
+            key = _key(tp)
+            state = self._prepared.pop(key, None) or PartitionState(None, RangeSet(), None)
+            self._states[key] = state
+            if state.ranges:
+                self._child.start(key, state)
+        if self._in_rebalance:
+            self._assigned_in_callback = True
+
+    def _with_overrides(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Offsets given by the application win; the plan covers the rest."""
+        planned = []
+        for tp in partitions:
+            key = _key(tp)
+            state = self._prepared.get(key)
+            if state is None or tp.offset in (OFFSET_INVALID, OFFSET_STORED):
+                start = state.floor if state is not None and state.floor is not None else tp.offset
+                planned.append(TopicPartition(tp.topic, tp.partition, start))
+                continue
+            if tp.offset >= 0:
+                state.seek(tp.offset)
+            else:  # OFFSET_BEGINNING / OFFSET_END: a plain consumer's choice, no catch-up
+                self._prepared[key] = PartitionState(None, RangeSet(), None)
+            planned.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+        return planned
+
+    # -------------------------------------------------------- assignment API
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """As confluent-kafka's; partitions without an offset get a catch-up plan."""
+        if self._in_rebalance:
+            self._apply_assignment(self._with_overrides(partitions), incremental=False)
+            return
+        planned = self._prepare(partitions)
+        try:
+            self._apply_assignment(planned, incremental=False)
+        finally:
+            self._prepared.clear()
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        if self._in_rebalance:
+            self._apply_assignment(self._with_overrides(partitions), incremental=True)
+            return
+        planned = self._prepare(partitions)
+        try:
+            self._apply_assignment(planned, incremental=True)
+        finally:
+            self._prepared.clear()
+
+    def unassign(self) -> None:
+        self._forget(list(self._states))
+        self._primary.unassign()
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._forget([_key(tp) for tp in partitions])
+        self._primary.incremental_unassign(partitions)
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._primary.assignment()
+
+    # -------------------------------------------------------------- reading
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog."""
+        if (
+            self._child._cursors  # type: ignore[union-attr]
+            or timeout is None
+            or not 0 <= timeout <= _IDLE_SLICE_S
+            or time.monotonic() >= self._auto_due
+        ):
+            return self._poll_slow(timeout)
+        return self._primary.poll(timeout)
+
+    def _poll_slow(self, timeout: float | None) -> Message | None:
+        child = self._child
+        assert child is not None
+        now = time.monotonic()
+        deadline = None if timeout is None or timeout < 0 else now + timeout
+        while True:
+            if now >= self._auto_due:
+                self._auto_commit(now)
+            if child.active:
+                if self._fair >= CHILD_SHARE:
+                    got = child.consume(1)
+                    if got:
+                        self._fair = 0
+                        return got[0]
+                m = self._primary.poll(0)
+                if m is not None:
+                    self._fair += 1
+                    return m
+                got = child.consume(1)
+                if got:
+                    self._fair = 0
+                    return got[0]
+                wait = _SLICE_S
+            else:
+                wait = _IDLE_SLICE_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                wait = min(wait, remaining)
+            m = self._primary.poll(wait)
+            if m is not None:
+                self._fair += 1
+                return m
+            now = time.monotonic()
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        """Up to ``num_messages`` records, fresh first, at least 1/CHILD_SHARE of a
+        full batch from the backlog while it has records."""
+        if (
+            self._child._cursors  # type: ignore[union-attr]
+            or timeout is None
+            or not 0 <= timeout <= _IDLE_SLICE_S
+            or time.monotonic() >= self._auto_due
+        ):
+            return self._consume_slow(num_messages, timeout)
+        return self._primary.consume(num_messages, timeout)
+
+    def _consume_slow(self, num: int, timeout: float | None) -> list[Message]:
+        child = self._child
+        assert child is not None
+        if not isinstance(num, int) or num < 1:
+            # let confluent-kafka raise its own error for bad arguments
+            return self._primary.consume(num, 0)
+        now = time.monotonic()
+        deadline = None if timeout is None or timeout < 0 else now + timeout
+        while True:
+            if now >= self._auto_due:
+                self._auto_commit(now)
+            if child.active:
+                reserve = num // CHILD_SHARE
+                if reserve == 0 and self._fair >= CHILD_SHARE:
+                    reserve = 1
+                fresh = self._primary.consume(num - reserve, 0) if num > reserve else []
+                backlog = child.consume(num - len(fresh))
+                if len(fresh) + len(backlog) < num and len(fresh) == num - reserve and reserve:
+                    fresh += self._primary.consume(num - len(fresh) - len(backlog), 0)
+                if backlog:
+                    self._fair = 0
+                elif fresh:
+                    self._fair += 1
+                if fresh or backlog:
+                    return fresh + backlog
+                wait = _SLICE_S
+            else:
+                wait = _IDLE_SLICE_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                wait = min(wait, remaining)
+            msgs = self._primary.consume(num, wait)
+            if msgs:
+                self._fair += 1
+                return msgs
+            now = time.monotonic()
+
+    # ------------------------------------------------------------- commits
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        """Commit processed offsets, routed to the stream each came from.
+
+        A backlog (child) offset goes to the child's commit log; every other one to
+        the primary's. The user's group always stores the *safe* offset (lowest
+        unprocessed), with the primary's position and pending ranges in its
+        metadata. Without arguments, commits what each stream has delivered.
+
+        Returns:
+            For a synchronous commit, the partitions as the group stored them.
+        """
+        if message is not None and offsets is not None:
+            raise KafkaException(
+                KafkaError(KafkaError._INVALID_ARG, "commit() takes message or offsets, not both")
+            )
+        if message is not None:
+            if message.error() is not None:
+                raise KafkaException(
+                    KafkaError(KafkaError._INVALID_ARG, "cannot commit an error event")
+                )
+            updates = [((message.topic(), message.partition()), message.offset() + 1, None)]
+        elif offsets is not None:
+            updates = [(_key(tp), tp.offset, tp.metadata) for tp in offsets]
+        else:
+            updates = self._delivered(list(self._states))
+        return self._commit(updates, asynchronous)
+
+    def commit_sync(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> list[TopicPartition] | None:
+        """KIP-333's commitSync(): commit(..., asynchronous=False)."""
+        return self.commit(message=message, offsets=offsets, asynchronous=False)
+
+    def commit_async(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> None:
+        """KIP-333's commitAsync(): commit(..., asynchronous=True)."""
+        self.commit(message=message, offsets=offsets, asynchronous=True)
+
+    commitSync = commit_sync
+    commitAsync = commit_async
+
+    def store_offsets(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> None:
+        """As confluent-kafka's (enable.auto.offset.store=false); kept per stream."""
+        if message is not None:
+            self._primary.store_offsets(message=message)
+            items = [((message.topic(), message.partition()), message.offset() + 1)]
+        else:
+            self._primary.store_offsets(offsets=offsets)
+            items = [(_key(tp), tp.offset) for tp in offsets or []]
+        for key, offset in items:
+            st = self._states.get(key)
+            if st is not None and st.is_child_offset(offset - 1):
+                self._stored_child[key] = offset
+            else:
+                self._stored[key] = offset
+
+    def _delivered(self, keys: list[Key]) -> list[tuple[Key, int, str | None]]:
+        """What each stream has handed to the application (or it stored)."""
+        updates: list[tuple[Key, int, str | None]] = []
+        if self._settings.auto_offset_store:
+            if keys:
+                tps = self._primary.position([TopicPartition(*k) for k in keys])
+                updates += [(_key(tp), tp.offset, None) for tp in tps if tp.offset >= 0]
+            for k in keys:
+                st = self._states.get(k)
+                if st is not None and st.child_delivered is not None:
+                    updates.append((k, st.child_delivered, None))
+        else:
+            updates += [(k, self._stored[k], None) for k in keys if k in self._stored]
+            updates += [(k, self._stored_child[k], None) for k in keys if k in self._stored_child]
+        return updates
+
+    def _auto_commit(self, now: float) -> None:
+        self._auto_due = now + self._settings.auto_commit_interval_s
+        # Positions read before this poll fetches anything: the records they cover
+        # were returned by earlier calls, so the application is done with them.
+        self._commit_quietly(self._delivered(list(self._states)), asynchronous=True)
+
+    def _commit_quietly(
+        self, updates: list[tuple[Key, int, str | None]], asynchronous: bool, group: bool = True
+    ) -> None:
+        try:
+            self._commit(updates, asynchronous, group=group)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("automatic commit failed (offsets stay safe, records may repeat): %s", exc)
+
+    def _commit(
+        self,
+        updates: list[tuple[Key, int, str | None]],
+        asynchronous: bool,
+        group: bool = True,
+    ) -> list[TopicPartition] | None:
+        assert self._child is not None
+        plain: list[TopicPartition] = []
+        touched: list[Key] = []
+        checkpoints = {}
+        for key, offset, metadata in updates:
+            st = self._states.get(key)
+            if st is None or offset < 0:
+                plain.append(_tp(key, offset, metadata))
+                continue
+            if metadata is not None and not st.is_child_offset(offset - 1):
+                st.user_metadata = metadata
+            cp = st.commit(offset)
+            if cp is not None:
+                checkpoints[key] = cp
+            if key not in touched:
+                touched.append(key)
+        if checkpoints:
+            try:
+                self._child.commit(checkpoints, asynchronous)
+            except KafkaException as exc:
+                # The group commit below carries the same progress in its token.
+                log.warning("child checkpoint commit failed: %s", exc)
+        if not group:
+            return None
+        offsets = plain + [tp for tp in (self._group_offset(k) for k in touched) if tp is not None]
+        if not offsets:
+            return None if asynchronous else []
+        if asynchronous:
+            self._primary.commit(offsets=offsets, asynchronous=True)
+            return None
+        return call_with_retries(lambda: self._primary.commit(offsets=offsets, asynchronous=False))
+
+    def _group_offset(self, key: Key) -> TopicPartition | None:
+        st = self._states[key]
+        token = st.token()
+        if token is None:
+            if st.position is None:
+                return None
+            return _tp(key, st.position, st.user_metadata)
+        try:
+            text, written = encode_group_token(token, self._settings.metadata_max_bytes)
+        except TokenTooLargeError as exc:
+            raise KafkaException(
+                KafkaError(KafkaError.OFFSET_METADATA_TOO_LARGE, str(exc))
+            ) from None
+        if written.ranges != token.ranges:
+            log.info(
+                "%s [%d]: %d pending ranges coalesced to %d to fit %d bytes of metadata",
+                key[0],
+                key[1],
+                len(token.ranges),
+                len(written.ranges),
+                self._settings.metadata_max_bytes,
+            )
+            st.ranges = RangeSet(written.ranges)
+            assert self._child is not None
+            self._child.refresh(key)
+        return TopicPartition(key[0], key[1], written.safe_offset, metadata=text)
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """Per partition, the lowest offset not yet processed, from both commit logs:
+        the child's progress while a range is pending, the primary's offset after."""
+        assert self._child is not None
+        kwargs = {} if timeout is None else {"timeout": timeout}
+        group = self._primary.committed(partitions, **kwargs)
+        ours = [tp for tp in group if tp.metadata and tp.metadata.startswith("~fr")]
+        child = {}
+        if ours:
+            child = {
+                _key(tp): tp
+                for tp in self._child.handle().committed(
+                    [TopicPartition(tp.topic, tp.partition) for tp in ours], **kwargs
+                )
+            }
+        out = []
+        for tp in group:
+            c = child.get(_key(tp))
+            restored = restore(
+                tp.offset, tp.metadata, c.offset if c else -1, c.metadata if c else None
+            )
+            offset = restored.safe_offset
+            out.append(
+                _tp(_key(tp), tp.offset if offset is None else offset, restored.user_metadata)
+            )
+        return out
+
+    # ------------------------------------------------------------ positions
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The primary's position; the child takes no part (KIP-333)."""
+        return self._primary.position(partitions)
+
+    def seek(self, partition: TopicPartition) -> None:
+        """Seek the primary; offsets it will now re-read leave the child's ranges."""
+        self._primary.seek(partition)
+        st = self._states.get(_key(partition))
+        if st is not None and partition.offset >= 0:
+            st.seek(partition.offset)
+            assert self._child is not None
+            self._child.refresh(_key(partition))
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._primary.pause(partitions)
+        assert self._child is not None
+        self._child.pause([_key(tp) for tp in partitions])
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._primary.resume(partitions)
+        assert self._child is not None
+        self._child.resume([_key(tp) for tp in partitions])
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
+        kwargs = {"cached": cached}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        return self._primary.get_watermark_offsets(partition, **kwargs)
+
+    def offsets_for_times(
+        self, partitions: list[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        if timeout is None:
+            return self._primary.offsets_for_times(partitions)
+        return self._primary.offsets_for_times(partitions, timeout=timeout)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._primary.list_topics(topic, timeout)
+
+    def memberid(self) -> str | None:
+        return self._primary.memberid()
+
+    def consumer_group_metadata(self) -> Any:
+        return self._primary.consumer_group_metadata()
+
+    def cluster_id(self, timeout: float = -1) -> str | None:
+        return self._primary.cluster_id(timeout)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        self._primary.set_sasl_credentials(username, password)
+        if self._child is not None and self._child.alive:
+            self._child.handle().set_sasl_credentials(username, password)
+
+    # ---------------------------------------------------------------- close
+    def close(self) -> None:
+        """Commit (if auto-commit is on), leave the group, close both handles."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._child is None:
+            self._primary.close()
+            return
+        try:
+            if self._settings.auto_commit and not self._subscribed:
+                self._commit_quietly(self._delivered(list(self._states)), asynchronous=False)
+            # A subscribed primary runs on_revoke inside close(): that commits both
+            # logs while the child is still open.
+            self._primary.close()
+        finally:
+            self._child.close()
+
+    # ------------------------------------------------------------- reports
+    def _report_deleted(self, topic: str, partition: int, start: int, end: int) -> None:
+        msg = (
+            f"records {topic} [{partition}] offsets [{start}, {end}) were deleted by "
+            "retention before the catch-up consumer read them"
+        )
+        log.error(msg)
+        if self._error_cb is not None:
+            self._error_cb(KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, msg))

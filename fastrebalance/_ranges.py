@@ -1,0 +1,193 @@
+"""Pending offset ranges of one partition: pure bookkeeping, no Kafka.
+
+A ``RangeSet`` holds the offsets of a partition that are known *not yet processed*
+below the primary consumer's position: the backlog the child consumer must read.
+Every operation keeps the ranges half-open ``[start, end)``, disjoint, sorted and
+non-adjacent (touching ranges merge), so that the encoded token is canonical and
+two equal sets always compare and encode equal.
+
+The safety invariant this module protects: an operation may only *add* offsets
+that are unprocessed or re-readable (``add``, ``coalesced``), and may only *remove*
+offsets that the caller has proven processed (``remove``, ``remove_below``) or that
+another reader now owns (``truncate_from``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from sortedcontainers import SortedDict
+
+__all__ = ["RangeSet"]
+
+
+class RangeSet:
+    """Disjoint half-open offset ranges ``[start, end)`` kept in a ``SortedDict``.
+
+    Lookups are O(log n) by bisecting the starts; the hot path (is this child record
+    still inside its range?) never touches this class: the child caches its current
+    range as two ints.
+    """
+
+    __slots__ = ("_map",)
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        self._map: SortedDict = SortedDict()
+        for start, end in ranges:
+            self.add(start, end)
+
+    # -- queries ---------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._map.items())
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __bool__(self) -> bool:
+        return bool(self._map)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RangeSet):
+            return list(self._map.items()) == list(other._map.items())
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RangeSet({list(self._map.items())!r})"
+
+    def __contains__(self, offset: object) -> bool:
+        if not isinstance(offset, int):
+            return False
+        return self.range_containing(offset) is not None
+
+    def copy(self) -> RangeSet:
+        clone = RangeSet()
+        clone._map = self._map.copy()
+        return clone
+
+    def as_tuple(self) -> tuple[tuple[int, int], ...]:
+        return tuple(self._map.items())
+
+    def first(self) -> int | None:
+        """Lowest pending offset, or None when nothing is pending."""
+        return self._map.peekitem(0)[0] if self._map else None
+
+    def last_end(self) -> int | None:
+        return self._map.peekitem(-1)[1] if self._map else None
+
+    def count(self) -> int:
+        """Number of offsets pending (records still to read, gaps excluded)."""
+        return sum(end - start for start, end in self._map.items())
+
+    def range_containing(self, offset: int) -> tuple[int, int] | None:
+        i = self._map.bisect_right(offset) - 1
+        if i < 0:
+            return None
+        start, end = self._map.peekitem(i)
+        return (start, end) if offset < end else None
+
+    def next_from(self, offset: int) -> tuple[int, int] | None:
+        """The first pending piece at or after ``offset``, clipped to start there."""
+        i = self._map.bisect_right(offset) - 1
+        if i >= 0:
+            start, end = self._map.peekitem(i)
+            if offset < end:
+                return (max(start, offset), end)
+        i += 1
+        if i < len(self._map):
+            return self._map.peekitem(i)
+        return None
+
+    # -- updates ---------------------------------------------------------------
+    def add(self, start: int, end: int) -> None:
+        """Union with ``[start, end)``; merges with overlapping or touching ranges."""
+        _check(start, end)
+        if start == end:
+            return
+        m = self._map
+        i = m.bisect_right(start) - 1
+        if i >= 0:
+            s0, e0 = m.peekitem(i)
+            if e0 >= start:  # overlaps or touches on the left
+                start = s0
+                end = max(end, e0)
+                del m[s0]
+        # absorb every range starting inside [start, end]
+        i = m.bisect_left(start)
+        while i < len(m):
+            s1, e1 = m.peekitem(i)
+            if s1 > end:
+                break
+            end = max(end, e1)
+            del m[s1]
+        m[start] = end
+
+    def remove(self, start: int, end: int) -> None:
+        """Difference with ``[start, end)``: those offsets are proven processed."""
+        _check(start, end)
+        if start == end or not self._map:
+            return
+        m = self._map
+        i = max(m.bisect_right(start) - 1, 0)
+        pieces: list[tuple[int, int]] = []
+        doomed: list[int] = []
+        while i < len(m):
+            s, e = m.peekitem(i)
+            if s >= end:
+                break
+            if e > start:
+                doomed.append(s)
+                if s < start:
+                    pieces.append((s, start))
+                if e > end:
+                    pieces.append((end, e))
+            i += 1
+        for s in doomed:
+            del m[s]
+        for s, e in pieces:
+            m[s] = e
+
+    def remove_below(self, offset: int) -> None:
+        """Drop every offset < ``offset`` (all of them are proven processed)."""
+        first = self.first()
+        if first is not None and offset > first:
+            self.remove(first, offset)
+
+    def truncate_from(self, offset: int) -> None:
+        """Drop every offset >= ``offset``: a reader positioned there re-reads them."""
+        end = self.last_end()
+        if end is not None and offset < end:
+            self.remove(max(offset, 0), end)
+
+    def coalesced(self, max_ranges: int) -> RangeSet:
+        """A superset with at most ``max_ranges`` ranges, filling the smallest gaps.
+
+        Filling a gap re-reads offsets already processed (duplicates), never drops
+        one: the only safe direction when the token must shrink.
+        """
+        if max_ranges < 1:
+            raise ValueError("max_ranges must be >= 1")
+        items = list(self._map.items())
+        if len(items) <= max_ranges:
+            return self.copy()
+        gaps = sorted(
+            ((items[k + 1][0] - items[k][1], k) for k in range(len(items) - 1)),
+        )
+        fill = {k for _, k in gaps[: len(items) - max_ranges]}
+        out = RangeSet()
+        start, end = items[0]
+        for k in range(len(items) - 1):
+            nxt_start, nxt_end = items[k + 1]
+            if k in fill:
+                end = nxt_end
+            else:
+                out._map[start] = end
+                start, end = nxt_start, nxt_end
+        out._map[start] = end
+        return out
+
+
+def _check(start: int, end: int) -> None:
+    if not (isinstance(start, int) and isinstance(end, int)):
+        raise TypeError("offsets must be int")
+    if start < 0 or end < start:
+        raise ValueError(f"invalid offset range [{start}, {end})")

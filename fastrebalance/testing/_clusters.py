@@ -1,0 +1,168 @@
+"""Choosing the Kafka cluster that tests, examples, the demo and the benchmark run against."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from fastrebalance.testing._embedded import EmbeddedKafka, wait_for_partitions
+
+ClusterKind = Literal["embedded", "docker", "external"]
+
+BOOTSTRAP_ENV = "FASTREBALANCE_TEST_BOOTSTRAP"
+DOCKER_ENV = "FASTREBALANCE_TEST_DOCKER"
+
+
+@runtime_checkable
+class KafkaCluster(Protocol):
+    """What callers may rely on whichever backend ``open_test_cluster()`` picked."""
+
+    bootstrap_servers: str
+
+    @property
+    def kind(self) -> ClusterKind: ...
+
+    def create_topic(self, name: str, partitions: int = 1) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _admin_create_topic(
+    admin: AdminClient, name: str, partitions: int, replication_factor: int, timeout: float
+) -> None:
+    """Create through the admin API; an existing topic is fine if its partition count matches."""
+    future = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor)],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )[name]
+    try:
+        future.result(timeout=timeout)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            raise RuntimeError(f"could not create topic {name!r}: {exc}") from exc
+    wait_for_partitions(admin, name, partitions, timeout)
+
+
+class ExternalKafka:
+    """A cluster someone else runs (``FASTREBALANCE_TEST_BOOTSTRAP``), e.g. a CI service.
+
+    Topics are never deleted: the cluster may be shared and the test topics are uniquely named.
+    ``replication_factor=-1`` lets the brokers apply their default.
+    """
+
+    kind: Literal["external"] = "external"
+
+    def __init__(
+        self, bootstrap_servers: str, *, replication_factor: int = -1, timeout: float = 30.0
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.replication_factor = replication_factor
+        self.timeout = timeout
+        self._admin: AdminClient | None = AdminClient({"bootstrap.servers": bootstrap_servers})
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        if self._admin is None:
+            raise RuntimeError(f"{self!r} is closed")
+        _admin_create_topic(self._admin, name, partitions, self.replication_factor, self.timeout)
+
+    def close(self) -> None:
+        self._admin = None
+
+    def __enter__(self) -> ExternalKafka:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ExternalKafka(bootstrap_servers={self.bootstrap_servers!r})"
+
+
+class DockerKafka:
+    """A real Apache Kafka broker in a testcontainers container.
+
+    Opt-in only (``FASTREBALANCE_TEST_DOCKER=1``): it is slower to start, and the test timings
+    and known differences in our docs were measured against the embedded mock cluster.
+    """
+
+    kind: Literal["docker"] = "docker"
+
+    def __init__(self, image: str | None = None, *, timeout: float = 60.0) -> None:
+        try:
+            from testcontainers.community.kafka import KafkaContainer
+        except ImportError:  # testcontainers < 4.14 ships it at the top level
+            from testcontainers.kafka import KafkaContainer
+
+        kwargs: dict[str, Any] = {"image": image} if image else {}
+        self.timeout = timeout
+        self._container = KafkaContainer(**kwargs)
+        self._container.start()
+        self.bootstrap_servers: str = self._container.get_bootstrap_server()
+        self._admin: AdminClient | None = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        if self._admin is None:
+            raise RuntimeError(f"{self!r} is closed")
+        _admin_create_topic(self._admin, name, partitions, 1, self.timeout)
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin = None
+            self._container.stop()
+
+    def __enter__(self) -> DockerKafka:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DockerKafka(bootstrap_servers={self.bootstrap_servers!r})"
+
+
+def docker_available(timeout: float = 2.0) -> tuple[bool, str]:
+    """Whether a Docker engine answers, and why not.
+
+    A docker CLI or SDK without a reachable daemon is common (CI sandboxes, this repo's dev
+    machines), so only a successful ping counts.
+    """
+    try:
+        import docker
+    except ImportError:
+        return False, "the docker SDK is not installed (pip install 'testcontainers[kafka]')"
+    try:
+        client = docker.from_env(timeout=max(1, round(timeout)))
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        return False, f"no Docker engine answered: {exc}"
+    return True, "Docker engine answered ping"
+
+
+def open_test_cluster() -> KafkaCluster:
+    """The cluster for this run: external if configured, Docker if asked for, else embedded.
+
+    ``FASTREBALANCE_TEST_BOOTSTRAP=host:port`` uses an existing cluster;
+    ``FASTREBALANCE_TEST_DOCKER=1`` starts a real broker in Docker (falling back, with a
+    warning, when no engine answers). Docker is opt-in because the embedded cluster is what the
+    test timeouts and documented mock-cluster facts are tuned for.
+    """
+    bootstrap = os.environ.get(BOOTSTRAP_ENV, "").strip()
+    if bootstrap:
+        return ExternalKafka(bootstrap)
+    if os.environ.get(DOCKER_ENV, "") == "1":
+        ok, reason = docker_available()
+        if ok:
+            return DockerKafka()
+        warnings.warn(
+            f"{DOCKER_ENV}=1 but {reason}; using the embedded cluster", RuntimeWarning, stacklevel=2
+        )
+    return EmbeddedKafka()

@@ -1,0 +1,38 @@
+"""Shared fixtures: one Kafka cluster per test session, fresh topics and groups per test.
+
+The cluster is whatever ``open_test_cluster()`` picks (embedded unless the environment says
+otherwise); unique names let tests share it without seeing each other's records or groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from uuid import uuid4
+
+import pytest
+
+from fastrebalance.testing import KafkaCluster, open_test_cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    cluster = open_test_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def topic_factory(kafka_cluster: KafkaCluster) -> Callable[..., str]:
+    def make(partitions: int = 1) -> str:
+        name = f"t-{uuid4().hex[:10]}"
+        kafka_cluster.create_topic(name, partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def unique_group() -> str:
+    return f"g-{uuid4().hex[:10]}"
