@@ -182,8 +182,8 @@ class PartitionState:
 
     def seek(self, offset: int) -> None:
         """The primary re-reads from ``offset``: it now owns everything above it."""
-        if self.floor is None or offset < self.floor:
-            self.floor = offset
+        if self.floor is not None and offset < self.floor:
+            self.floor = offset  # no child stream is created by a seek, only shrunk
         self.ranges.truncate_from(offset)
         if self.position is not None and offset < self.position:
             self.position = offset

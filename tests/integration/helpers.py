@@ -1,0 +1,76 @@
+"""Small helpers shared by the integration tests: produce, drain, read a group's offsets."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import Producer, TopicPartition
+
+
+def produce(bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> None:
+    """Append ``count`` records whose values are their sequence numbers as text."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        p.produce(topic, value=str(i).encode(), partition=partition)
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+
+
+def base_conf(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.parallel.rebalance": True,
+        "parallel.rebalance.lag.threshold": 10,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 10,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+    }
+    conf.update(extra)
+    return conf
+
+
+def drain(
+    consumer: Any,
+    until: Callable[[list[Any]], bool],
+    timeout: float = 30.0,
+    on_message: Callable[[Any], None] | None = None,
+) -> list[Any]:
+    """poll() until ``until(messages)`` holds; fail the test on timeout."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while not until(got):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s with {len(got)} records")
+        m = consumer.poll(0.2)
+        if m is None or m.error() is not None:
+            continue
+        got.append(m)
+        if on_message is not None:
+            on_message(m)
+    return got
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
+    """The offsets Kafka stores for ``group``, read the way any plain tool reads them."""
+    c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return [tp.offset for tp in tps]
+    finally:
+        c.close()
+
+
+def group_metadata(bootstrap: str, group: str, topic: str, partition: int = 0) -> tuple[int, str]:
+    c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        (tp,) = c.committed([TopicPartition(topic, partition)], timeout=10)
+        return tp.offset, tp.metadata or ""
+    finally:
+        c.close()

@@ -1,0 +1,140 @@
+"""Catch-up driven by real group rebalances, under each assignment protocol.
+
+Eager (``range``), ``cooperative-sticky`` and KIP-848 (``group.protocol=consumer``)
+deliver partitions through different callbacks (assign/revoke all vs incremental),
+so the planning and hand-over paths are exercised under each.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
+
+from .helpers import base_conf, group_offsets, produce
+
+pytestmark = pytest.mark.integration
+
+_REBALANCING = {
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.STALE_MEMBER_EPOCH,
+    KafkaError._ASSIGNMENT_LOST,
+}
+
+PROTOCOLS = {
+    "eager-range": {"partition.assignment.strategy": "range"},
+    "cooperative-sticky": {"partition.assignment.strategy": "cooperative-sticky"},
+    "kip848-consumer": {"group.protocol": "consumer"},
+}
+
+
+def _conf(bs: str, group: str, protocol: str) -> dict:
+    conf = base_conf(bs, group, **PROTOCOLS[protocol])
+    if protocol == "kip848-consumer":  # the client rejects classic-only keys with KIP-848
+        for key in ("session.timeout.ms", "heartbeat.interval.ms"):
+            conf.pop(key)
+    return conf
+
+
+def _seed_commits(bs: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Offsets a crashed member left behind (written before anyone subscribed)."""
+    c = Consumer(base_conf(bs, group))
+    tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
+    c.assign(tps)
+    c.commit(offsets=tps, asynchronous=False)
+    c.close()
+
+
+def _poll_all(consumers, delivered, seconds, commit=True):
+    """Drive every consumer from this thread; each handle stays on this one thread."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for name, c in consumers.items():
+            msgs = c.consume(200, 0.05)
+            for m in msgs:
+                if m.error() is None:
+                    delivered[name].append((m.partition(), m.offset()))
+            if msgs and commit:
+                try:
+                    c.commit(asynchronous=False)
+                except KafkaException as exc:  # as with confluent-kafka: mid-rebalance
+                    assert exc.args[0].code() in _REBALANCING, exc
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_catchup_on_rebalance_assignment(kafka_cluster, topic_factory, unique_group, protocol):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    for p in (0, 1):
+        produce(bs, topic, 3000, partition=p)
+    _seed_commits(bs, unique_group, topic, {0: 1000, 1: 2500})
+    c = Consumer(_conf(bs, unique_group, protocol))
+    assigned = []
+    c.subscribe([topic], on_assign=lambda cons, parts: assigned.extend(parts))
+    delivered = {"c": []}
+    try:
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.1)
+        # the user's on_assign sees where the primary starts: the log end
+        assert sorted((tp.partition, tp.offset) for tp in assigned) == [(0, 3000), (1, 3000)]
+        status = c.catchup_status()
+        assert status[(topic, 0)].pending_ranges == ((1000, 3000),)
+        assert status[(topic, 1)].pending_ranges == ((2500, 3000),)
+        for p in (0, 1):
+            produce(bs, topic, 100, partition=p, start=3000)
+        deadline = time.monotonic() + 60
+        while group_offsets(bs, unique_group, topic, 2) != [3100, 3100]:
+            assert time.monotonic() < deadline, group_offsets(bs, unique_group, topic, 2)
+            _poll_all({"c": c}, delivered, 0.5)
+    finally:
+        c.close()
+    got = set(delivered["c"])
+    expected = {(0, o) for o in range(1000, 3100)} | {(1, o) for o in range(2500, 3100)}
+    assert expected <= got
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_partition_moves_to_another_member_mid_catchup(
+    kafka_cluster, topic_factory, unique_group, protocol
+):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    for p in (0, 1):
+        produce(bs, topic, 40000, partition=p)
+    _seed_commits(bs, unique_group, topic, {0: 0, 1: 0})
+    first = Consumer(_conf(bs, unique_group, protocol))
+    first.subscribe([topic])
+    delivered: dict[str, list] = {"first": [], "second": []}
+    second = None
+    try:
+        deadline = time.monotonic() + 30
+        while len(first.catchup_status()) < 2:
+            assert time.monotonic() < deadline
+            first.poll(0.1)
+        # A little of the backlog, committed: the rest is pending when the group changes.
+        _poll_all({"first": first}, delivered, 0.3)
+        assert first.catchup_status(), "still catching up when the second member joins"
+        second = Consumer(_conf(bs, unique_group, protocol))
+        second.subscribe([topic])
+        consumers = {"first": first, "second": second}
+        deadline = time.monotonic() + 90
+        while not (first.assignment() and second.assignment()):
+            assert time.monotonic() < deadline, "the group never split the partitions"
+            _poll_all(consumers, delivered, 0.2)
+        for p in (0, 1):
+            produce(bs, topic, 50, partition=p, start=40000)
+        while group_offsets(bs, unique_group, topic, 2) != [40050, 40050]:
+            assert time.monotonic() < deadline, group_offsets(bs, unique_group, topic, 2)
+            _poll_all(consumers, delivered, 0.5)
+        assert second.child_consumer_is_alive(), "the new owner continued the pending ranges"
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    got = set(delivered["first"]) | set(delivered["second"])
+    missing = [(p, o) for p in (0, 1) for o in range(40050) if (p, o) not in got]
+    assert not missing, missing[:10]
+    assert delivered["second"], "the second member took over a partition"

@@ -1,0 +1,283 @@
+"""The KIP-333 examples and the Consumer's merged views, on a real Kafka wire protocol.
+
+These tests use assign() (manual assignment) where the story is about offsets, not
+about group membership: regaining a partition by assign() runs the same catch-up
+planning as a rebalance, without the mock cluster's join delays. Rebalance-driven
+variants live in test_consumer_groups.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer as PlainConsumer
+
+from fastrebalance import Consumer, TopicPartition
+
+from .helpers import base_conf, drain, group_metadata, group_offsets, produce
+
+pytestmark = pytest.mark.integration
+
+
+def _crash_with_committed(bs: str, group: str, topic: str, committed: int) -> None:
+    """A previous incarnation that processed up to ``committed`` and then died."""
+    c = Consumer(base_conf(bs, group))
+    c.assign([TopicPartition(topic, 0, committed)])
+    c.commit(offsets=[TopicPartition(topic, 0, committed)], asynchronous=False)
+    c.close()
+
+
+def test_kip_examples_crash_at_100_then_170(kafka_cluster, topic_factory, unique_group):
+    """Crash at 100 with 70 committed, end 120: primary at 120, child reads [70, 120)
+    and stops there. Second crash at 170 with 140 committed, end 190: the same child
+    reads [140, 190); the primary continues at 190."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 100)
+    _crash_with_committed(bs, unique_group, topic, 70)
+    produce(bs, topic, 20, start=100)  # log end 120 when the partition is regained
+
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        status = c.catchup_status()[(topic, 0)]
+        assert status.pending_ranges == ((70, 120),)
+        assert status.child_position == 70 and status.child_alive
+        assert c.child_consumer_is_alive() and c.childConsumerIsAlive()
+        produce(bs, topic, 50, start=120)  # fresh records, up to the second crash at 170
+        got = drain(c, lambda ms: len(ms) >= 100)
+        offsets = [m.offset() for m in got]
+        assert sorted(offsets) == list(range(70, 170)), "each record once, none skipped"
+        # The child stopped at 120: nothing it delivered lies beyond its range.
+        assert c.catchup_status()[(topic, 0)].child_position is None
+        # 140 committed by the primary, the whole backlog by the child: then "crash".
+        c.commit(offsets=[TopicPartition(topic, 0, 120)], asynchronous=False)  # child's range
+        c.commit(offsets=[TopicPartition(topic, 0, 140)], asynchronous=False)  # primary's
+        assert group_offsets(bs, unique_group, topic) == [140]
+        child_handle = c._child._handle
+        c.unassign()
+        assert c.child_consumer_is_alive(), "the child stays on standby"
+
+        produce(bs, topic, 20, start=170)  # end 190 when regained
+        c.assign([TopicPartition(topic, 0)])
+        assert c.catchup_status()[(topic, 0)].pending_ranges == ((140, 190),)
+        assert c._child._handle is child_handle and c._child.handles_created == 1
+        produce(bs, topic, 10, start=190)
+        got = drain(c, lambda ms: len(ms) >= 60)
+        assert sorted(m.offset() for m in got) == list(range(140, 200))
+    finally:
+        c.close()
+
+
+def test_fresh_records_overtake_a_large_backlog(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 20000)
+    _crash_with_committed(bs, unique_group, topic, 0)
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        produce(bs, topic, 1, start=20000)  # one fresh record at offset 20000
+        seen_fresh_at = None
+        delivered = 0
+
+        def work(m):
+            nonlocal seen_fresh_at, delivered
+            delivered += 1
+            if m.offset() == 20000:
+                seen_fresh_at = delivered
+            t = time.perf_counter()  # 50 µs of "processing" per record
+            while time.perf_counter() - t < 50e-6:
+                pass
+
+        drain(c, lambda ms: len(ms) >= 20001, timeout=60, on_message=work)
+        assert seen_fresh_at is not None
+        # A plain consumer would deliver it last (20001st); fresh-first delivers it
+        # within the first few hundred even while the child drains the backlog.
+        assert seen_fresh_at < 2000, seen_fresh_at
+    finally:
+        c.close()
+
+
+def test_commit_routing_and_committed_during_and_after(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 120)
+    _crash_with_committed(bs, unique_group, topic, 70)
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        produce(bs, topic, 10, start=120)
+        got = drain(c, lambda ms: len(ms) >= 60)
+        by_offset = {m.offset(): m for m in got}
+
+        # A fresh (primary) record: the group's token moves, its offset cannot.
+        c.commit(message=by_offset[125], asynchronous=False)
+        assert c.committed([TopicPartition(topic, 0)])[0].offset == 70
+        assert group_offsets(bs, unique_group, topic) == [70]
+        offset, metadata = group_metadata(bs, unique_group, topic)
+        assert offset == 70 and metadata.startswith("~fr1:")
+
+        # A backlog (child) record: routed to the child's commit log.
+        c.commit(message=by_offset[89], asynchronous=False)
+        child_offset, child_meta = group_metadata(bs, unique_group + ".catchup", topic)
+        assert child_offset == 90 and child_meta.startswith("~frc1:")
+        assert c.committed([TopicPartition(topic, 0)])[0].offset == 90  # child's progress
+        assert group_offsets(bs, unique_group, topic) == [90]
+
+        # Whole backlog processed: committed() is the primary's offset again.
+        c.commit(asynchronous=False)
+        assert c.committed([TopicPartition(topic, 0)])[0].offset == 130
+        assert group_metadata(bs, unique_group, topic) == (130, "")
+    finally:
+        c.close()
+
+
+def test_user_metadata_survives_the_token(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 120)
+    _crash_with_committed(bs, unique_group, topic, 70)
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        produce(bs, topic, 5, start=120)
+        drain(c, lambda ms: any(m.offset() >= 120 for m in ms))
+        c.commit(offsets=[TopicPartition(topic, 0, 121, "app-state-42")], asynchronous=False)
+        (tp,) = c.committed([TopicPartition(topic, 0)])
+        assert tp.offset == 70 and tp.metadata == "app-state-42"
+    finally:
+        c.close()
+
+
+def test_child_crash_resumes_from_its_commit_log(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 5000)
+    _crash_with_committed(bs, unique_group, topic, 1000)
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms))
+        c.commit(offsets=[TopicPartition(topic, 0, 2000)], asynchronous=False)  # child at 2000
+        assert c._child.handles_created == 1
+        c._child._handle.close()  # the child dies without a word
+        after = drain(c, lambda ms: len(ms) >= 1)
+        assert after[0].offset() == 2000, "resumed from its commit log, not from 1000"
+        assert c._child.handles_created == 2 and c.child_consumer_is_alive()
+        rest = drain(c, lambda ms: len(ms) >= 3000 - 1)
+        seen = {m.offset() for m in got + after + rest}
+        assert set(range(1000, 5000)) <= seen
+    finally:
+        c.close()
+
+
+def test_plain_consumer_sees_a_safe_group_offset_throughout(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Invariant 2: what Kafka stores for the group never passes an unprocessed record."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 3000)
+    _crash_with_committed(bs, unique_group, topic, 500)
+    c = Consumer(
+        base_conf(bs, unique_group, **{"enable.auto.commit": True, "auto.commit.interval.ms": 100})
+    )
+    processed: set[int] = set()
+    samples: list[tuple[int, set[int]]] = []
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        produce(bs, topic, 200, start=3000)
+        deadline = time.monotonic() + 30
+        while len(processed) < 2700 and time.monotonic() < deadline:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                processed.add(m.offset())
+            if len(processed) % 250 == 0:
+                samples.append((group_offsets(bs, unique_group, topic)[0], set(processed)))
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    final = group_offsets(bs, unique_group, topic)[0]
+    assert final == 3200
+    assert len(samples) >= 5
+    for stored, done in samples:
+        missing = [o for o in range(500, stored) if o not in done]
+        assert not missing, f"group offset {stored} passed unprocessed {missing[:5]}"
+
+
+def test_rollback_to_plain_consumer_rereads_never_skips(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 2000)
+    _crash_with_committed(bs, unique_group, topic, 100)
+    c = Consumer(base_conf(bs, unique_group))
+    c.assign([TopicPartition(topic, 0)])
+    produce(bs, topic, 100, start=2000)
+    got = drain(c, lambda ms: sum(m.offset() >= 2000 for m in ms) >= 100)
+    processed = {m.offset() for m in got}
+    c.commit(message=max(got, key=lambda m: m.offset()), asynchronous=False)  # fresh only
+    c.close()
+    lowest_unprocessed = min(o for o in range(100, 2100) if o not in processed)
+    # Roll back: a plain confluent-kafka consumer on the same group.
+    plain = PlainConsumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": unique_group,
+            "fetch.wait.max.ms": 10,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        plain.assign([TopicPartition(topic, 0)])
+        first = drain(plain, lambda ms: len(ms) >= 1)[0].offset()
+        assert first <= lowest_unprocessed, "the rolled-back consumer would skip records"
+    finally:
+        plain.close()
+
+
+def test_disabled_mode_is_confluent_kafka(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 3000)
+    conf = {
+        "bootstrap.servers": bs,
+        "group.id": unique_group,
+        "fetch.wait.max.ms": 10,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    runs = []
+    for cls in (PlainConsumer, Consumer):
+        c = cls(conf)
+        c.assign([TopicPartition(topic, 0)])
+        runs.append([(m.offset(), m.value()) for m in drain(c, lambda ms: len(ms) >= 3000)])
+        c.close()
+    assert runs[0] == runs[1]
+    off = Consumer(conf)
+    try:
+        # The primary's own bound methods: no Python layer on the hot path.
+        assert off.poll.__self__ is off._primary and not off.child_consumer_is_alive()
+        assert off.catchup_status() == {}
+    finally:
+        off.close()
+
+
+def test_threshold_skips_small_lags(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 100)
+    _crash_with_committed(bs, unique_group, topic, 95)
+    c = Consumer(base_conf(bs, unique_group, **{"parallel.rebalance.lag.threshold": 5}))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        assert c.catchup_status() == {} and not c.child_consumer_is_alive()
+        got = drain(c, lambda ms: len(ms) >= 5)
+        assert [m.offset() for m in got] == [95, 96, 97, 98, 99]
+    finally:
+        c.close()
+
+
+def test_no_committed_offset_follows_auto_offset_reset(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 500)
+    c = Consumer(base_conf(bs, unique_group, **{"parallel.rebalance.lag.threshold": 0}))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        assert c.catchup_status() == {}
+        got = drain(c, lambda ms: len(ms) >= 500)
+        assert [m.offset() for m in got] == list(range(500))
+    finally:
+        c.close()
