@@ -1,0 +1,79 @@
+"""The public face: pinned, so a change to it is a deliberate one."""
+
+from __future__ import annotations
+
+import inspect
+
+import confluent_kafka
+import pytest
+
+import fastrebalance
+from fastrebalance import Consumer
+
+
+def test_exported_names_are_pinned():
+    assert sorted(fastrebalance.__all__) == sorted(
+        [
+            "CatchupStatus",
+            "Consumer",
+            "KafkaError",
+            "KafkaException",
+            "Message",
+            "TopicPartition",
+            "__version__",
+        ]
+    )
+    assert fastrebalance.TopicPartition is confluent_kafka.TopicPartition
+    assert fastrebalance.KafkaException is confluent_kafka.KafkaException
+    assert fastrebalance.KafkaError is confluent_kafka.KafkaError
+
+
+def test_every_confluent_consumer_method_exists():
+    theirs = {n for n in dir(confluent_kafka.Consumer) if not n.startswith("_")}
+    ours = {n for n in dir(Consumer) if not n.startswith("_")}
+    assert theirs <= ours, theirs - ours
+    assert {"__enter__", "__exit__"} <= set(dir(Consumer))
+
+
+@pytest.mark.parametrize(
+    "kip, snake",
+    [
+        ("commitSync", "commit_sync"),
+        ("commitAsync", "commit_async"),
+        ("childConsumerIsAlive", "child_consumer_is_alive"),
+    ],
+)
+def test_kip_names_are_twins_of_snake_case(kip, snake):
+    assert getattr(Consumer, kip) is getattr(Consumer, snake)
+
+
+def test_keyword_signatures_match_confluent_kafka():
+    sig = inspect.signature(Consumer.commit)
+    assert list(sig.parameters)[1:] == ["message", "offsets", "asynchronous"]
+    assert sig.parameters["asynchronous"].default is True
+    assert list(inspect.signature(Consumer.subscribe).parameters)[1:] == [
+        "topics",
+        "on_assign",
+        "on_revoke",
+        "on_lost",
+    ]
+    assert list(inspect.signature(Consumer.consume).parameters)[1:] == [
+        "num_messages",
+        "timeout",
+    ]
+
+
+def test_disabled_consumer_needs_no_broker_and_is_confluent_kafka():
+    c = Consumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+    try:
+        assert c.poll.__self__ is c._primary  # its own bound method: same speed
+        assert not c.child_consumer_is_alive()
+        assert "plain" in repr(c)
+    finally:
+        c.close()
+    c.close()  # idempotent
+
+
+def test_enabled_without_group_id_is_rejected_by_name():
+    with pytest.raises(ValueError, match=r"group\.id"):
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "enable.parallel.rebalance": True})
