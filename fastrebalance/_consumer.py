@@ -548,6 +548,8 @@ class Consumer:
             updates = [(_key(tp), tp.offset, tp.metadata) for tp in offsets]
         else:
             updates = self._delivered(list(self._states))
+            if not updates:  # as librdkafka: nothing consumed, nothing to commit
+                raise KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
         return self._commit(updates, asynchronous)
 
     def commit_sync(
