@@ -302,10 +302,7 @@ class Consumer:
             key = _key(tp)
             g = committed.get(key)
             if g is None:
-                state = PartitionState(None, RangeSet(), None)
-                if tp.offset >= 0:
-                    state.seek(tp.offset)
-                self._prepared[key] = state
+                self._prepared[key] = PartitionState(None, RangeSet(), None)
                 out.append(TopicPartition(tp.topic, tp.partition, tp.offset))
                 continue
             c = checkpoints.get(key)
@@ -378,10 +375,10 @@ class Consumer:
                 start = state.floor if state is not None and state.floor is not None else tp.offset
                 planned.append(TopicPartition(tp.topic, tp.partition, start))
                 continue
-            if tp.offset >= 0:
-                state.seek(tp.offset)
-            else:  # OFFSET_BEGINNING / OFFSET_END: a plain consumer's choice, no catch-up
+            if tp.offset < 0:  # OFFSET_BEGINNING / OFFSET_END: a plain consumer's choice
                 self._prepared[key] = PartitionState(None, RangeSet(), None)
+            # An absolute offset only moves where the primary reads: what was processed
+            # is unchanged, and offsets both streams now read are delivered twice, none is skipped.
             planned.append(TopicPartition(tp.topic, tp.partition, tp.offset))
         return planned
 
@@ -714,13 +711,10 @@ class Consumer:
         return self._primary.position(partitions)
 
     def seek(self, partition: TopicPartition) -> None:
-        """Seek the primary; offsets it will now re-read leave the child's ranges."""
+        """Seek the primary. The child keeps its ranges: seeking changes what is read,
+        not what was processed, so a backward seek into a range re-reads (duplicates)
+        and a later commit can never claim the range processed on the seek's word."""
         self._primary.seek(partition)
-        st = self._states.get(_key(partition))
-        if st is not None and partition.offset >= 0:
-            st.seek(partition.offset)
-            assert self._child is not None
-            self._child.refresh(_key(partition))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._primary.pause(partitions)

@@ -171,6 +171,12 @@ class PartitionState:
         """
         last = next_offset - 1
         if self.is_child_offset(last):
+            if self.child_delivered is None or next_offset > self.child_delivered:
+                # The child has not delivered ``last``: this is no child commit but the
+                # primary's own offset at or below its start (``commit(floor)`` before
+                # it read anything, a rewind). It proves nothing processed, and taking
+                # it for the child's would drop the backlog below ``next_offset``.
+                return None
             piece = self.ranges.range_containing(last)
             self.ranges.remove_below(next_offset)
             if piece is None:
@@ -179,14 +185,6 @@ class PartitionState:
         self.position = next_offset
         self.ranges.truncate_from(next_offset)
         return None
-
-    def seek(self, offset: int) -> None:
-        """The primary re-reads from ``offset``: it now owns everything above it."""
-        if self.floor is not None and offset < self.floor:
-            self.floor = offset  # no child stream is created by a seek, only shrunk
-        self.ranges.truncate_from(offset)
-        if self.position is not None and offset < self.position:
-            self.position = offset
 
     def token(self) -> GroupToken | None:
         """The token for the next group commit; None when there is nothing to say
