@@ -74,6 +74,8 @@ class Child:
         self._needs_restart = False
         #: Handles created so far: 1 after the first catch-up, whatever the crashes.
         self.handles_created = 0
+        #: Backlog records handed to the application (for metrics).
+        self.records_delivered = 0
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -238,6 +240,7 @@ class Child:
             out.append(m)
             if cur.pos >= cur.end:
                 self._next_piece(key, cur, cur.pos)
+        self.records_delivered += len(out)
         return out
 
     def _next_piece(self, key: Key, cur: _Cursor, offset: int) -> _Cursor | None:
@@ -257,6 +260,8 @@ class Child:
     def _finish(self, key: Key) -> None:
         self.stop([key])
         log.info("catch-up of %s [%d] finished: backlog delivered", key[0], key[1])
+        if not self._cursors:
+            log.info("child consumer on standby")
 
     def _seek(self, key: Key, offset: int) -> None:
         tp = TopicPartition(key[0], key[1], offset)

@@ -8,6 +8,7 @@ variants live in test_consumer_groups.py.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -279,5 +280,40 @@ def test_no_committed_offset_follows_auto_offset_reset(kafka_cluster, topic_fact
         assert c.catchup_status() == {}
         got = drain(c, lambda ms: len(ms) >= 500)
         assert [m.offset() for m in got] == list(range(500))
+    finally:
+        c.close()
+
+
+def test_stats_cb_carries_catchup_metrics(kafka_cluster, topic_factory, unique_group):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 5000)
+    _crash_with_committed(bs, unique_group, topic, 1000)
+    reports: list[dict] = []
+    conf = base_conf(bs, unique_group, **{"statistics.interval.ms": 100})
+    conf["stats_cb"] = lambda raw: reports.append(json.loads(raw))
+    c = Consumer(conf)
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        # Poll nothing for a moment so that a report is taken mid catch-up.
+        deadline = time.monotonic() + 10
+        early = 0
+        while not any(r.get("fastrebalance", {}).get("records_remaining") for r in reports):
+            assert time.monotonic() < deadline, "no stats report mid catch-up"
+            early += c.poll(0) is not None  # serves callbacks; may return a backlog record
+            time.sleep(0.02)
+        mid = next(r["fastrebalance"] for r in reports if r["fastrebalance"]["records_remaining"])
+        assert mid["child_state"] == "active" and mid["child_alive"]
+        assert mid["partitions"][topic]["0"]["pending_ranges"] == [[1000, 5000]]
+        assert "topics" in reports[0], "librdkafka's own statistics are kept"
+        drain(c, lambda ms: len(ms) >= 4000 - early)
+        c.commit(asynchronous=False)
+        reports.clear()
+        deadline = time.monotonic() + 10
+        while not reports:
+            assert time.monotonic() < deadline
+            c.poll(0.05)
+        last = reports[-1]["fastrebalance"]
+        assert last["records_remaining"] == 0 and last["child_state"] == "standby"
+        assert last["backlog_records_delivered"] >= 4000
     finally:
         c.close()
