@@ -431,29 +431,26 @@ class Consumer:
             if tp.offset < 0:  # OFFSET_BEGINNING / OFFSET_END: a plain consumer's choice
                 self._prepared[key] = PartitionState(None, RangeSet(), None)
             # An absolute offset only moves where the primary reads: what was processed
-            # is unchanged, and offsets both streams now read are delivered twice, none is skipped.
+            # is unchanged; offsets both streams now read come twice, none is skipped.
             planned.append(TopicPartition(tp.topic, tp.partition, tp.offset))
         return planned
 
     # -------------------------------------------------------- assignment API
     def assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        if self._in_rebalance:
-            self._apply_assignment(self._with_overrides(partitions), incremental=False)
-            return
-        planned = self._prepare(partitions)
-        try:
-            self._apply_assignment(planned, incremental=False)
-        finally:
-            self._prepared.clear()
+        self._assign(partitions, incremental=False)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
-        if self._in_rebalance:
-            self._apply_assignment(self._with_overrides(partitions), incremental=True)
+        """As confluent-kafka's; partitions without an offset get a catch-up plan."""
+        self._assign(partitions, incremental=True)
+
+    def _assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
+        if self._in_rebalance:  # called from the application's on_assign: plan exists
+            self._apply_assignment(self._with_overrides(partitions), incremental)
             return
         planned = self._prepare(partitions)
         try:
-            self._apply_assignment(planned, incremental=True)
+            self._apply_assignment(planned, incremental)
         finally:
             self._prepared.clear()
 
