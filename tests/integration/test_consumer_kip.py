@@ -29,6 +29,34 @@ def _crash_with_committed(bs: str, group: str, topic: str, committed: int) -> No
     c.close()
 
 
+@pytest.fixture
+def regained(kafka_cluster, topic_factory, unique_group):
+    """``regain(log_end, committed)``: the previous owner died with ``committed``
+    committed; a new Consumer regains the partition when the log ends at ``log_end``.
+    Returns (consumer, topic); every consumer is closed at teardown."""
+    made: list[Consumer] = []
+    bs = kafka_cluster.bootstrap_servers
+
+    def regain(log_end: int, committed: int, **extra) -> tuple[Consumer, str]:
+        topic = topic_factory(1)
+        produce(bs, topic, log_end)
+        _crash_with_committed(bs, unique_group, topic, committed)
+        c = Consumer(base_conf(bs, unique_group, **extra))
+        made.append(c)
+        c.assign([TopicPartition(topic, 0)])
+        return c, topic
+
+    yield regain
+    for c in made:
+        c.close()
+
+
+def _busy(seconds: float) -> None:
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+
 def test_kip_examples_crash_at_100_then_170(kafka_cluster, topic_factory, unique_group):
     """Crash at 100 with 70 committed, end 120: primary at 120, child reads [70, 120)
     and stops there. Second crash at 170 with 140 committed, end 190: the same child
@@ -70,144 +98,94 @@ def test_kip_examples_crash_at_100_then_170(kafka_cluster, topic_factory, unique
         c.close()
 
 
-def test_fresh_records_overtake_a_large_backlog(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 20000)
-    _crash_with_committed(bs, unique_group, topic, 0)
-    c = Consumer(base_conf(bs, unique_group))
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        produce(bs, topic, 1, start=20000)  # one fresh record at offset 20000
-        seen_fresh_at = None
-        delivered = 0
+def test_fresh_records_overtake_a_large_backlog(kafka_cluster, regained):
+    c, topic = regained(20000, 0)
+    produce(kafka_cluster.bootstrap_servers, topic, 1, start=20000)  # one fresh record
+    order = []
 
-        def work(m):
-            nonlocal seen_fresh_at, delivered
-            delivered += 1
-            if m.offset() == 20000:
-                seen_fresh_at = delivered
-            t = time.perf_counter()  # 50 µs of "processing" per record
-            while time.perf_counter() - t < 50e-6:
-                pass
+    def work(m):
+        order.append(m.offset())
+        _busy(50e-6)  # 50 µs of "processing" per record
 
-        drain(c, lambda ms: len(ms) >= 20001, timeout=60, on_message=work)
-        assert seen_fresh_at is not None
-        # A plain consumer would deliver it last (20001st); fresh-first delivers it
-        # within the first few hundred even while the child drains the backlog.
-        assert seen_fresh_at < 2000, seen_fresh_at
-    finally:
-        c.close()
+    drain(c, lambda ms: len(ms) >= 20001, timeout=60, on_message=work)
+    # A plain consumer would deliver it last (20001st); fresh-first delivers it
+    # within the first few hundred even while the child drains the backlog.
+    assert order.index(20000) < 2000, order.index(20000)
 
 
-def test_commit_routing_and_committed_during_and_after(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 120)
-    _crash_with_committed(bs, unique_group, topic, 70)
-    c = Consumer(base_conf(bs, unique_group))
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        produce(bs, topic, 10, start=120)
-        got = drain(c, lambda ms: len(ms) >= 60)
-        by_offset = {m.offset(): m for m in got}
+def test_commit_routing_and_committed_during_and_after(kafka_cluster, regained, unique_group):
+    bs = kafka_cluster.bootstrap_servers
+    c, topic = regained(120, 70)
+    produce(bs, topic, 10, start=120)
+    by_offset = {m.offset(): m for m in drain(c, lambda ms: len(ms) >= 60)}
 
-        # A fresh (primary) record: the group's token moves, its offset cannot.
-        c.commit(message=by_offset[125], asynchronous=False)
-        assert c.committed([TopicPartition(topic, 0)])[0].offset == 70
-        assert group_offsets(bs, unique_group, topic) == [70]
-        offset, metadata = group_metadata(bs, unique_group, topic)
-        assert offset == 70 and metadata.startswith("~fr1:")
+    # A fresh (primary) record: the group's token moves, its offset cannot.
+    c.commit(message=by_offset[125], asynchronous=False)
+    assert c.committed([TopicPartition(topic, 0)])[0].offset == 70
+    assert group_offsets(bs, unique_group, topic) == [70]
+    offset, metadata = group_metadata(bs, unique_group, topic)
+    assert offset == 70 and metadata.startswith("~fr1:")
 
-        # A backlog (child) record: routed to the child's commit log.
-        c.commit(message=by_offset[89], asynchronous=False)
-        child_offset, child_meta = group_metadata(bs, unique_group + ".catchup", topic)
-        assert child_offset == 90 and child_meta.startswith("~frc1:")
-        assert c.committed([TopicPartition(topic, 0)])[0].offset == 90  # child's progress
-        assert group_offsets(bs, unique_group, topic) == [90]
+    # A backlog (child) record: routed to the child's commit log.
+    c.commit(message=by_offset[89], asynchronous=False)
+    child_offset, child_meta = group_metadata(bs, unique_group + ".catchup", topic)
+    assert child_offset == 90 and child_meta.startswith("~frc1:")
+    assert c.committed([TopicPartition(topic, 0)])[0].offset == 90  # child's progress
+    assert group_offsets(bs, unique_group, topic) == [90]
 
-        # Whole backlog processed: committed() is the primary's offset again.
-        c.commit(asynchronous=False)
-        assert c.committed([TopicPartition(topic, 0)])[0].offset == 130
-        assert group_metadata(bs, unique_group, topic) == (130, "")
-    finally:
-        c.close()
+    # Whole backlog processed: committed() is the primary's offset again.
+    c.commit(asynchronous=False)
+    assert c.committed([TopicPartition(topic, 0)])[0].offset == 130
+    assert group_metadata(bs, unique_group, topic) == (130, "")
 
 
-def test_user_metadata_survives_the_token(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 120)
-    _crash_with_committed(bs, unique_group, topic, 70)
-    c = Consumer(base_conf(bs, unique_group))
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        produce(bs, topic, 5, start=120)
-        drain(c, lambda ms: any(m.offset() >= 120 for m in ms))
-        c.commit(offsets=[TopicPartition(topic, 0, 121, "app-state-42")], asynchronous=False)
-        (tp,) = c.committed([TopicPartition(topic, 0)])
-        assert tp.offset == 70 and tp.metadata == "app-state-42"
-    finally:
-        c.close()
+def test_user_metadata_survives_the_token(kafka_cluster, regained):
+    c, topic = regained(120, 70)
+    produce(kafka_cluster.bootstrap_servers, topic, 5, start=120)
+    drain(c, lambda ms: any(m.offset() >= 120 for m in ms))
+    c.commit(offsets=[TopicPartition(topic, 0, 121, "app-state-42")], asynchronous=False)
+    (tp,) = c.committed([TopicPartition(topic, 0)])
+    assert tp.offset == 70 and tp.metadata == "app-state-42"
 
 
-def test_child_crash_resumes_from_its_commit_log(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 5000)
-    _crash_with_committed(bs, unique_group, topic, 1000)
-    c = Consumer(base_conf(bs, unique_group))
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms))
-        c.commit(offsets=[TopicPartition(topic, 0, 2000)], asynchronous=False)  # child at 2000
-        assert c._child.handles_created == 1
-        c._child._handle.close()  # the child dies without a word
-        after = drain(c, lambda ms: len(ms) >= 1)
-        assert after[0].offset() == 2000, "resumed from its commit log, not from 1000"
-        assert c._child.handles_created == 2 and c.child_consumer_is_alive()
-        rest = drain(c, lambda ms: len(ms) >= 3000 - 1)
-        seen = {m.offset() for m in got + after + rest}
-        assert set(range(1000, 5000)) <= seen
-    finally:
-        c.close()
+def test_child_crash_resumes_from_its_commit_log(regained):
+    c, topic = regained(5000, 1000)
+    got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms))
+    c.commit(offsets=[TopicPartition(topic, 0, 2000)], asynchronous=False)  # child at 2000
+    assert c._child.handles_created == 1
+    c._child._handle.close()  # the child dies without a word
+    after = drain(c, lambda ms: len(ms) >= 1)
+    assert after[0].offset() == 2000, "resumed from its commit log, not from 1000"
+    assert c._child.handles_created == 2 and c.child_consumer_is_alive()
+    rest = drain(c, lambda ms: len(ms) >= 3000 - 1)
+    assert set(range(1000, 5000)) <= {m.offset() for m in got + after + rest}
 
 
-def test_plain_consumer_sees_a_safe_group_offset_throughout(
-    kafka_cluster, topic_factory, unique_group
-):
+def test_plain_consumer_sees_a_safe_group_offset_throughout(kafka_cluster, regained, unique_group):
     """Invariant 2: what Kafka stores for the group never passes an unprocessed record."""
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 3000)
-    _crash_with_committed(bs, unique_group, topic, 500)
-    c = Consumer(
-        base_conf(bs, unique_group, **{"enable.auto.commit": True, "auto.commit.interval.ms": 100})
-    )
+    bs = kafka_cluster.bootstrap_servers
+    c, topic = regained(3000, 500, **{"enable.auto.commit": True, "auto.commit.interval.ms": 100})
     processed: set[int] = set()
     samples: list[tuple[int, set[int]]] = []
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        produce(bs, topic, 200, start=3000)
-        deadline = time.monotonic() + 30
-        while len(processed) < 2700 and time.monotonic() < deadline:
-            m = c.poll(0.1)
-            if m is not None and m.error() is None:
-                processed.add(m.offset())
-            if len(processed) % 250 == 0:
-                samples.append((group_offsets(bs, unique_group, topic)[0], set(processed)))
-        c.commit(asynchronous=False)
-    finally:
-        c.close()
-    final = group_offsets(bs, unique_group, topic)[0]
-    assert final == 3200
+    produce(bs, topic, 200, start=3000)
+    deadline = time.monotonic() + 30
+    while len(processed) < 2700 and time.monotonic() < deadline:
+        m = c.poll(0.1)
+        if m is not None and m.error() is None:
+            processed.add(m.offset())
+        if len(processed) % 250 == 0:
+            samples.append((group_offsets(bs, unique_group, topic)[0], set(processed)))
+    c.commit(asynchronous=False)
+    assert group_offsets(bs, unique_group, topic)[0] == 3200
     assert len(samples) >= 5
     for stored, done in samples:
         missing = [o for o in range(500, stored) if o not in done]
         assert not missing, f"group offset {stored} passed unprocessed {missing[:5]}"
 
 
-def test_rollback_to_plain_consumer_rereads_never_skips(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 2000)
-    _crash_with_committed(bs, unique_group, topic, 100)
-    c = Consumer(base_conf(bs, unique_group))
-    c.assign([TopicPartition(topic, 0)])
+def test_rollback_to_plain_consumer_rereads_never_skips(kafka_cluster, regained, unique_group):
+    bs = kafka_cluster.bootstrap_servers
+    c, topic = regained(2000, 100)
     produce(bs, topic, 100, start=2000)
     got = drain(c, lambda ms: sum(m.offset() >= 2000 for m in ms) >= 100)
     processed = {m.offset() for m in got}
@@ -257,18 +235,11 @@ def test_disabled_mode_is_confluent_kafka(kafka_cluster, topic_factory, unique_g
         off.close()
 
 
-def test_threshold_skips_small_lags(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 100)
-    _crash_with_committed(bs, unique_group, topic, 95)
-    c = Consumer(base_conf(bs, unique_group, **{"parallel.rebalance.lag.threshold": 5}))
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        assert c.catchup_status() == {} and not c.child_consumer_is_alive()
-        got = drain(c, lambda ms: len(ms) >= 5)
-        assert [m.offset() for m in got] == [95, 96, 97, 98, 99]
-    finally:
-        c.close()
+def test_threshold_skips_small_lags(regained):
+    c, _topic = regained(100, 95, **{"parallel.rebalance.lag.threshold": 5})
+    assert c.catchup_status() == {} and not c.child_consumer_is_alive()
+    got = drain(c, lambda ms: len(ms) >= 5)
+    assert [m.offset() for m in got] == [95, 96, 97, 98, 99]
 
 
 def test_no_committed_offset_follows_auto_offset_reset(kafka_cluster, topic_factory, unique_group):
@@ -284,36 +255,31 @@ def test_no_committed_offset_follows_auto_offset_reset(kafka_cluster, topic_fact
         c.close()
 
 
-def test_stats_cb_carries_catchup_metrics(kafka_cluster, topic_factory, unique_group):
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    produce(bs, topic, 5000)
-    _crash_with_committed(bs, unique_group, topic, 1000)
+def test_stats_cb_carries_catchup_metrics(regained):
     reports: list[dict] = []
-    conf = base_conf(bs, unique_group, **{"statistics.interval.ms": 100})
-    conf["stats_cb"] = lambda raw: reports.append(json.loads(raw))
-    c = Consumer(conf)
-    try:
-        c.assign([TopicPartition(topic, 0)])
-        # Poll nothing for a moment so that a report is taken mid catch-up.
-        deadline = time.monotonic() + 10
-        early = 0
-        while not any(r.get("fastrebalance", {}).get("records_remaining") for r in reports):
-            assert time.monotonic() < deadline, "no stats report mid catch-up"
-            early += c.poll(0) is not None  # serves callbacks; may return a backlog record
-            time.sleep(0.02)
-        mid = next(r["fastrebalance"] for r in reports if r["fastrebalance"]["records_remaining"])
-        assert mid["child_state"] == "active" and mid["child_alive"]
-        assert mid["partitions"][topic]["0"]["pending_ranges"] == [[1000, 5000]]
-        assert "topics" in reports[0], "librdkafka's own statistics are kept"
-        drain(c, lambda ms: len(ms) >= 4000 - early)
-        c.commit(asynchronous=False)
-        reports.clear()
-        deadline = time.monotonic() + 10
-        while not reports:
-            assert time.monotonic() < deadline
-            c.poll(0.05)
-        last = reports[-1]["fastrebalance"]
-        assert last["records_remaining"] == 0 and last["child_state"] == "standby"
-        assert last["backlog_records_delivered"] >= 4000
-    finally:
-        c.close()
+    c, topic = regained(
+        5000,
+        1000,
+        **{"statistics.interval.ms": 100, "stats_cb": lambda raw: reports.append(json.loads(raw))},
+    )
+    # Poll (almost) nothing for a moment so that a report is taken mid catch-up.
+    deadline = time.monotonic() + 10
+    early = 0
+    while not any(r.get("fastrebalance", {}).get("records_remaining") for r in reports):
+        assert time.monotonic() < deadline, "no stats report mid catch-up"
+        early += c.poll(0) is not None  # serves callbacks; may return a backlog record
+        time.sleep(0.02)
+    mid = next(r["fastrebalance"] for r in reports if r["fastrebalance"]["records_remaining"])
+    assert mid["child_state"] == "active" and mid["child_alive"]
+    assert mid["partitions"][topic]["0"]["pending_ranges"] == [[1000, 5000]]
+    assert "topics" in reports[0], "librdkafka's own statistics are kept"
+    drain(c, lambda ms: len(ms) >= 4000 - early)
+    c.commit(asynchronous=False)
+    reports.clear()
+    deadline = time.monotonic() + 10
+    while not reports:
+        assert time.monotonic() < deadline
+        c.poll(0.05)
+    last = reports[-1]["fastrebalance"]
+    assert last["records_remaining"] == 0 and last["child_state"] == "standby"
+    assert last["backlog_records_delivered"] >= 4000
