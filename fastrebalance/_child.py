@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer as _RdConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from ._retry import call_with_retries
 from ._state import PartitionState
 from ._token import (
     ChildCheckpoint,
@@ -29,13 +31,55 @@ from ._token import (
     encode_child_checkpoint,
 )
 
-__all__ = ["Child", "ChildState"]
+__all__ = ["Child", "ChildState", "call_bounded"]
 
 log = logging.getLogger("fastrebalance.child")
 
 Key = tuple[str, int]
 #: (topic, partition, first lost offset, end of lost offsets) -> None
 DeletedCallback = Callable[[str, int, int, int], None]
+T = TypeVar("T")
+
+
+def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    """Run a blocking librdkafka call on a helper thread; stop waiting after ``timeout_s``.
+
+    librdkafka retries an OffsetCommit until a coordinator answers, and its close() waits
+    for every outstanding commit: with the broker hung (SIGSTOPped, a network partition)
+    a synchronous commit, and the close() of a plain confluent-kafka consumer that has a
+    commit outstanding, never return (measured: still blocked after 395 s). The helper
+    thread only makes the call while the calling thread waits, so no Python state is ever
+    used by two threads at once. After the timeout the call is abandoned, not cancelled:
+    it may still complete later, which is safe because every commit we write is true on
+    its own, and an older one only claims less.
+
+    Raises:
+        KafkaException: ``_TIMED_OUT`` after ``timeout_s``; otherwise what ``fn`` raised.
+    """
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"fastrebalance-{what}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TIMED_OUT,
+                f"{what} did not complete within {timeout_s:g}s (socket.timeout.ms): "
+                "the broker is unreachable",
+            )
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 class ChildState(enum.Enum):
@@ -63,10 +107,12 @@ class Child:
         conf: dict[str, Any],
         on_deleted: DeletedCallback,
         timeout_s: float = 10.0,
+        commit_timeout_s: float = 60.0,
     ) -> None:
         self._conf = conf
         self._on_deleted = on_deleted
         self._timeout = timeout_s
+        self._commit_timeout = commit_timeout_s  # synchronous commits and close()
         self._handle: _RdConsumer | None = None
         self._cursors: dict[Key, _Cursor] = {}
         self._paused: set[Key] = set()
@@ -120,7 +166,7 @@ class Child:
         self._cursors.clear()
         if self._handle is not None:
             try:
-                self._handle.close()
+                call_bounded(self._handle.close, self._commit_timeout, "child close()")
             except (RuntimeError, KafkaException) as exc:
                 log.warning("child consumer close failed: %s", exc)
 
@@ -283,11 +329,26 @@ class Child:
             log.warning("child consumer: %s [%s]: %s", m.topic(), m.partition(), err)
 
     def _skip_deleted(self, key: Key) -> None:
-        """Retention deleted records the child still had to read: report, move on."""
+        """The child's offset is out of range: retention deleted records it still had to
+        read (report, move on), or the log is now shorter than the range (report, stop)."""
         cur = self._cursors[key]
-        low, _high = self.handle().get_watermark_offsets(
-            TopicPartition(key[0], key[1]), timeout=self._timeout, cached=False
-        )
+        try:
+            low, high = self.handle().get_watermark_offsets(
+                TopicPartition(key[0], key[1]), timeout=self._timeout, cached=False
+            )
+        except KafkaException as exc:
+            # not knowing what is gone, skip nothing: fetch again, which fails again
+            log.warning(
+                "child consumer: %s [%d]: offset %d out of range, no watermarks (%s); retrying",
+                *key,
+                cur.pos,
+                exc,
+            )
+            self._seek(key, cur.pos)
+            return
+        if cur.pos >= high:
+            self._beyond_log_end(key, cur, high)
+            return
         ranges = cur.state.ranges
         for s, e in list(ranges):
             lost_from, lost_to = max(s, cur.pos), min(e, low)
@@ -304,6 +365,22 @@ class Child:
         else:
             cur.state.child_delivered = low
 
+    def _beyond_log_end(self, key: Key, cur: _Cursor, high: int) -> None:
+        """The range lies past the log end: the topic was deleted and recreated, or an
+        unclean leader election truncated the log. Those records cannot be read; the range
+        stays pending (nothing is claimed processed) and the child stops reading it, instead
+        of fetching, failing and restarting in a loop. A later assignment plans it again."""
+        msg = (
+            f"records {key[0]} [{key[1]}] offsets [{cur.pos}, {cur.end}) are beyond the log "
+            f"end {high} (topic recreated or log truncated?): the catch-up consumer cannot "
+            "read them; they stay pending"
+        )
+        log.error(msg)
+        user_error_cb = self._conf.get("error_cb")
+        if user_error_cb is not None:
+            user_error_cb(KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, msg))
+        self.stop([key])
+
     # -- the child's commit log -----------------------------------------------
     def commit(
         self, checkpoints: dict[Key, ChildCheckpoint], asynchronous: bool
@@ -312,7 +389,14 @@ class Child:
             TopicPartition(k[0], k[1], cp.offset, metadata=encode_child_checkpoint(cp))
             for k, cp in checkpoints.items()
         ]
-        return self.handle().commit(offsets=offsets, asynchronous=asynchronous)
+        handle = self.handle()
+        if asynchronous:
+            return handle.commit(offsets=offsets, asynchronous=True)
+        return call_bounded(
+            lambda: call_with_retries(lambda: handle.commit(offsets=offsets, asynchronous=False)),
+            self._commit_timeout,
+            "child checkpoint commit",
+        )
 
     def committed(self, keys: list[Key]) -> dict[Key, ChildCheckpoint]:
         """Read the child's commit log; foreign or corrupt entries are skipped."""

@@ -35,7 +35,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import Consumer as _RdConsumer
 
-from ._child import Child, ChildState
+from ._child import Child, ChildState, call_bounded
 from ._config import ParallelConfig, child_config, split_config
 from ._ranges import RangeSet
 from ._retry import call_with_retries
@@ -59,6 +59,13 @@ _SLICE_S = 0.01
 _IDLE_SLICE_S = 0.2
 #: Broker round trips made on the user's behalf (committed offsets, watermarks).
 _REQUEST_TIMEOUT_S = 10.0
+
+#: Errors meaning the partition does not exist (any more).
+_UNKNOWN = (
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
 
 _PASSTHROUGH = (
     "assign", "assignment", "close", "cluster_id", "commit", "committed", "consume",
@@ -85,6 +92,13 @@ class CatchupStatus:
     child_position: int | None
     records_remaining: int
     child_alive: bool
+
+
+def _socket_timeout_s(conf: dict[str, Any]) -> float:
+    try:
+        return max(int(conf.get("socket.timeout.ms", 60000)), 10) / 1000.0
+    except (TypeError, ValueError):  # librdkafka has already rejected such a value
+        return 60.0
 
 
 def _key(tp: TopicPartition) -> Key:
@@ -131,8 +145,13 @@ class Consumer:
             self._child: Child | None = None
             return
         self._error_cb = conf.get("error_cb")
+        # librdkafka's own network request timeout bounds our synchronous commits, and
+        # twice it our close(): with a hung broker librdkafka alone would block forever.
+        self._commit_timeout_s = _socket_timeout_s(primary_conf)
         # The child handle, created on the first backlog. Owner: the user's thread.
-        self._child = Child(child_conf, self._report_deleted)
+        self._child = Child(
+            child_conf, self._report_deleted, commit_timeout_s=self._commit_timeout_s
+        )
         self._stats_at: tuple[float, int] = (time.monotonic(), 0)
         self._states: dict[Key, PartitionState] = {}
         self._stored: dict[Key, int] = {}  # store_offsets() when auto store is off
@@ -321,6 +340,13 @@ class Consumer:
         (the log end for a partition that catches up).
         """
         assert self._child is not None
+        if self._closed:
+            # An assignment delivered inside close(), revoked right after: planning would
+            # only wait on a group that is leaving (librdkafka answers no OffsetFetch while
+            # it terminates: 3 timeouts). Nothing is read, so nothing needs a plan.
+            for tp in partitions:
+                self._prepared[_key(tp)] = PartitionState(None, RangeSet(), None)
+            return [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in partitions]
         todo = [tp for tp in partitions if tp.offset in (OFFSET_INVALID, OFFSET_STORED)]
         out = []
         committed: dict[Key, TopicPartition] = {}
@@ -366,6 +392,14 @@ class Consumer:
                 log.warning(
                     "%s [%d]: %s; using offset %d", key[0], key[1], restored.problem, g.offset
                 )
+            elif g.metadata and not g.metadata.startswith("~fr") and g.offset >= 0:
+                log.info(
+                    "%s [%d]: committed metadata is not a fastrebalance token (another tool's "
+                    "or the application's): offset %d used as is, metadata kept",
+                    key[0],
+                    key[1],
+                    g.offset,
+                )
             start, state = self._plan_one(key, restored)
             self._prepared[key] = state
             out.append(TopicPartition(tp.topic, tp.partition, start))
@@ -383,6 +417,23 @@ class Consumer:
         except KafkaException as exc:
             log.warning("%s [%d]: no watermarks (%s): resuming without a new catch-up", *key, exc)
             low, high = 0, restored.position
+            if restored.ranges and exc.args[0].code() in _UNKNOWN:
+                self._report(
+                    exc.args[0].code(),
+                    f"{key[0]} [{key[1]}] is unknown to the cluster (topic deleted?): its "
+                    f"pending backlog {restored.ranges.as_tuple()[:5]} cannot be read; it "
+                    "stays pending, so the committed offset does not move past it",
+                )
+        if restored.position > high:
+            log.warning(
+                "%s [%d]: committed offset %d is beyond the log end %d (committed by hand? "
+                "topic recreated? log truncated?): the primary starts there and librdkafka "
+                "applies auto.offset.reset; its commits below %d do not move the group offset",
+                *key,
+                restored.position,
+                high,
+                restored.position,
+            )
         plan = plan_assignment(restored, low, high, self._settings.lag_threshold)
         for start, end in plan.deleted:
             self._report_deleted(key[0], key[1], start, end)
@@ -697,7 +748,13 @@ class Consumer:
         if asynchronous:
             self._primary.commit(offsets=offsets, asynchronous=True)
             return None
-        return call_with_retries(lambda: self._primary.commit(offsets=offsets, asynchronous=False))
+        return call_bounded(
+            lambda: call_with_retries(
+                lambda: self._primary.commit(offsets=offsets, asynchronous=False)
+            ),
+            self._commit_timeout_s,
+            "commit",
+        )
 
     def _group_offset(self, key: Key) -> TopicPartition | None:
         st = self._states[key]
@@ -810,23 +867,48 @@ class Consumer:
 
     # ---------------------------------------------------------------- close
     def close(self) -> None:
-        """Commit (if auto-commit is on), leave the group, close both handles."""
+        """Commit (if auto-commit is on), leave the group, close both handles.
+
+        Returns within twice ``socket.timeout.ms`` even when the broker is unreachable
+        (librdkafka's own close() waits for outstanding commits forever): the handles are
+        closed on a helper thread while this one waits, and are left to finish there if
+        the broker never answers. Rebalance callbacks run inside close(), on that thread.
+        """
         if self._closed:
             return
         self._closed = True
         if self._child is None:
             self._primary.close()
             return
+        child = self._child
+
+        def shutdown() -> None:
+            try:
+                if self._settings.auto_commit and not self._subscribed:
+                    self._commit_quietly(self._delivered(list(self._states)), asynchronous=False)
+                # A subscribed primary runs on_revoke inside close(): that commits both
+                # logs while the child is still open.
+                self._primary.close()
+            finally:
+                child.close()
+
         try:
-            if self._settings.auto_commit and not self._subscribed:
-                self._commit_quietly(self._delivered(list(self._states)), asynchronous=False)
-            # A subscribed primary runs on_revoke inside close(): that commits both
-            # logs while the child is still open.
-            self._primary.close()
-        finally:
-            self._child.close()
+            call_bounded(shutdown, 2 * self._commit_timeout_s, "close()")
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._TIMED_OUT:
+                raise
+            log.error(
+                "close() gave up waiting: %s. Uncommitted progress is not lost: the committed "
+                "offsets stay safe and those records will be delivered again.",
+                exc.args[0].str(),
+            )
 
     # ------------------------------------------------------------- reports
+    def _report(self, code: int, msg: str) -> None:
+        log.error(msg)
+        if self._error_cb is not None:
+            self._error_cb(KafkaError(code, msg))
+
     def _report_deleted(self, topic: str, partition: int, start: int, end: int) -> None:
         msg = (
             f"records {topic} [{partition}] offsets [{start}, {end}) were deleted by "

@@ -18,7 +18,9 @@ Every record carries its produce time, so a record is *fresh* when it was produc
 after the restart, and its latency is its delivery time minus its produce time. A
 run ends once the backlog is delivered, ``tail_s`` seconds of steady fresh traffic
 have followed, and every offset below the log end read at that point has been
-delivered; whatever is still missing then (or at the run timeout) is *lost*.
+delivered; whatever is still missing then (or at the run timeout) is *lost*. The
+records, producers and that measuring loop live in ``_workload``, shared with
+``fastrebalance bench``, so that the demo and the benchmark measure alike.
 
 Thread ownership: the fresh producer's handle belongs to its own thread; every
 other handle (cluster admin, watermark probe, the consumers) belongs to the thread
@@ -27,56 +29,42 @@ that calls ``run_demo()``.
 
 from __future__ import annotations
 
-import contextlib
 import textwrap
-import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
 
 from ._config import DEFAULT_LAG_THRESHOLD
 from ._consumer import Consumer as FastConsumer
+from ._workload import (
+    BATCH,
+    FETCH_WAIT_MS,
+    REQUEST_TIMEOUT_S,
+    SESSION_TIMEOUT_MS,
+    VALUE_BYTES,
+    FreshProducer,
+    RunResult,
+    check_reachable,
+    cleanup,
+    measure_restart,
+    produce_backlog,
+    set_group_offsets,
+    watermarks,
+)
 from .testing import EmbeddedKafka, ExternalKafka, KafkaCluster
 
 __all__ = ["DemoResult", "DemoSettings", "RunResult", "format_results", "run_demo"]
 
 Out = Callable[[str], None]
 
-#: Every record is this many bytes: the size the embedded-cluster facts were measured with.
-VALUE_BYTES = 100
-#: ``B``/``F`` (backlog/fresh), 12-digit sequence, space, 17-char produce time, space.
-_HEADER = "{kind}{seq:012d} {ts:017.6f} "
-_TS_SLICE = slice(14, 31)
-#: A repeated filler so that lz4 shrinks the backlog well below the mock's ~5 MiB per
-#: partition retention (the facts file: ~45k uncompressed records per partition survive).
-_FILLER = b"fastrebalance KIP-333 demo payload. " * 3
-#: Records asked per consume() call: both runs use the same loop and batch size.
-_BATCH = 500
-#: consume() returns when it has _BATCH records *or* this timeout passed: a longer wait
-#: would hold each trickle of fresh records back for the whole timeout and be measured
-#: as latency. 10 ms matches fetch.wait.max.ms.
-_CONSUME_TIMEOUT_S = 0.01
-#: Session timeout of every group member in the demo, as the brief and the facts use.
-_SESSION_TIMEOUT_MS = 6000
-#: The mock holds empty fetches for fetch.wait.max.ms; its 500 ms default would dominate
-#: every latency measured here (facts file: p50 250-330 ms instead of ~6 ms).
-_FETCH_WAIT_MS = 10
 #: Records the crashed consumer reads past its last commit before it dies.
 _READ_BEFORE_CRASH = 1000
-_REQUEST_TIMEOUT_S = 10.0
 #: Printed lines wrap here; step details are indented under their step.
 _WIDTH = 92
 _INDENT = "      "
@@ -120,58 +108,6 @@ class DemoSettings:
 
 
 @dataclass(frozen=True)
-class RunResult:
-    """One restarted consumer, timed from its construction (the restart).
-
-    Times are seconds; None when the event never happened (e.g. no fresh record
-    arrived before the run timeout).
-
-    Attributes:
-        label: "plain" or "fastrebalance".
-        group_id: the group it joined, holding the copied offsets at the start.
-        backlog: records between the committed offsets and the log end at the restart,
-            from the real watermarks.
-        joined_s: the group assigned it partitions.
-        first_fresh_s: it delivered the first record produced after the restart.
-        fresh_p50_s, fresh_p99_s: produce-to-delivery latency of fresh records.
-        fresh_records: fresh records delivered.
-        fresh_out_of_order: fresh records delivered after a higher offset of their
-            partition. For fastrebalance these are the records produced between the
-            restart and the moment it read the log end: they lie below where its
-            primary starts, so its child delivers them with the backlog. With few
-            fresh records in a run, they decide its p99.
-        backlog_done_s: every backlog record had been delivered at least once.
-        caught_up_s: every record below the final log end had been delivered.
-        delivered: records handed to the application, duplicates included.
-        expected: distinct records it had to deliver: committed offsets to final log end.
-        duplicates: deliveries of an offset already delivered in this run.
-        lost: expected records never delivered.
-        timed_out: the run hit ``run_timeout_s``.
-        errors: error events returned by poll/consume (first few).
-        child_alive: fastrebalance only: its child consumer was alive at the end.
-    """
-
-    label: str
-    group_id: str
-    backlog: int
-    joined_s: float | None
-    first_fresh_s: float | None
-    fresh_p50_s: float | None
-    fresh_p99_s: float | None
-    fresh_records: int
-    fresh_out_of_order: int
-    backlog_done_s: float | None
-    caught_up_s: float | None
-    delivered: int
-    expected: int
-    duplicates: int
-    lost: int
-    timed_out: bool
-    errors: tuple[str, ...] = ()
-    child_alive: bool | None = None
-
-
-@dataclass(frozen=True)
 class DemoResult:
     """Everything ``run_demo()`` measured; ``lost`` is what the CLI's exit code checks."""
 
@@ -197,148 +133,7 @@ class DemoResult:
         return self.lost == 0
 
 
-# ----------------------------------------------------------------- records
-def encode_value(kind: str, seq: int, ts: float) -> bytes:
-    """A 100-byte value carrying its produce time (``time.time()``, seconds)."""
-    head = _HEADER.format(kind=kind, seq=seq, ts=ts).encode()
-    return head + _FILLER[: VALUE_BYTES - len(head)]
-
-
-def produce_time(value: bytes) -> float:
-    return float(value[_TS_SLICE])
-
-
-def _busy(seconds: float) -> None:
-    """Burn CPU like per-record processing would; sleeping would free the GIL and
-    flatter whichever consumer does more of its work in librdkafka's threads."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile: always a value that was really measured."""
-    if not sorted_values:
-        return None
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[int(rank) - 1]
-
-
-# ---------------------------------------------------------------- producing
-def _produce_backlog(bootstrap: str, topic: str, partitions: int, count: int) -> int:
-    """Write ``count`` records round-robin over the partitions; returns failures."""
-    failures = 0
-
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        nonlocal failures
-        if err is not None:
-            failures += 1
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "compression.type": "lz4",
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 500_000,
-        }
-    )
-    for seq in range(count):
-        value = encode_value("B", seq, time.time())
-        while True:
-            try:
-                producer.produce(topic, value, partition=seq % partitions, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if seq % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(30)
-    return failures + remaining
-
-
-class _FreshProducer:
-    """Writes fresh records at a steady rate until stopped.
-
-    Thread ownership: the Producer handle is created, used and flushed only by this
-    object's thread; other threads read the counters after ``stop()`` joined it.
-    """
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
-        self._conf = {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 0}
-        self._topic = topic
-        self._partitions = partitions
-        self._rate = rate
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demo-fresh-producer", daemon=True)
-        self.produced = 0
-        self.failures = 0
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
-        if err is not None:
-            self.failures += 1
-
-    def _run(self) -> None:
-        try:
-            producer = Producer(self._conf)
-            started = time.monotonic()
-            seq = 0
-            while not self._stop.is_set():
-                # Catch up on the schedule rather than sleep a fixed period: the main
-                # thread's busy work can hold the GIL for a few ms at a time.
-                due = int((time.monotonic() - started) * self._rate) + 1
-                while seq < due:
-                    value = encode_value("F", seq, time.time())
-                    try:
-                        producer.produce(
-                            self._topic,
-                            value,
-                            partition=seq % self._partitions,
-                            on_delivery=self._on_delivery,
-                        )
-                    except BufferError:
-                        producer.poll(0.01)
-                        continue
-                    seq += 1
-                producer.poll(0)
-                self._stop.wait(max(0.0, started + seq / self._rate - time.monotonic()))
-            self.failures += producer.flush(10)
-            self.produced = seq
-        except BaseException as exc:  # reported by run_demo; a thread cannot raise to it
-            self.error = exc
-
-
 # ------------------------------------------------------------------- groups
-def _check_reachable(bootstrap: str, timeout: float = _REQUEST_TIMEOUT_S) -> None:
-    """Fail in seconds with the address in the message, rather than after the
-    admin client's 30 s topic-creation timeout with a bare TimeoutError."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise RuntimeError(
-            f"no Kafka broker answered at {bootstrap} within {timeout:g} s ({exc})"
-        ) from None
-
-
-def _watermarks(probe: PlainConsumer, topic: str, partitions: int) -> list[tuple[int, int]]:
-    return [
-        probe.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=_REQUEST_TIMEOUT_S, cached=False
-        )
-        for p in range(partitions)
-    ]
-
-
 def _crash(
     bootstrap: str, topic: str, group: str, start: list[int], read: int
 ) -> tuple[list[int], int]:
@@ -357,8 +152,8 @@ def _crash(
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": _SESSION_TIMEOUT_MS,
-            "fetch.wait.max.ms": _FETCH_WAIT_MS,
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
         }
     )
     try:
@@ -374,161 +169,17 @@ def _crash(
                     if not assigned
                     else f"the crashing consumer read only {seen} of {read} records in 30 s"
                 )
-            seen += sum(1 for m in consumer.consume(_BATCH, 0.1) if m.error() is None)
+            seen += sum(1 for m in consumer.consume(BATCH, 0.1) if m.error() is None)
             if assigned and not committed:
                 offsets = [TopicPartition(topic, p, off) for p, off in enumerate(start)]
                 consumer.commit(offsets=offsets, asynchronous=False)
                 committed = True
         got = consumer.committed(
-            [TopicPartition(topic, p) for p in range(len(start))], timeout=_REQUEST_TIMEOUT_S
+            [TopicPartition(topic, p) for p in range(len(start))], timeout=REQUEST_TIMEOUT_S
         )
         return [tp.offset for tp in sorted(got, key=lambda tp: tp.partition)], seen
     finally:
         consumer.close()
-
-
-def _copy_group(bootstrap: str, topic: str, group: str, offsets: list[int]) -> None:
-    """Give the never-used ``group`` the crashed group's committed offsets."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tps = [TopicPartition(topic, p, off) for p, off in enumerate(offsets)]
-    request = [ConsumerGroupTopicPartitions(group, tps)]
-    admin.alter_consumer_group_offsets(request, request_timeout=_REQUEST_TIMEOUT_S)[group].result()
-    listed = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(len(tps))])],
-        request_timeout=_REQUEST_TIMEOUT_S,
-    )[group].result()
-    stored = {tp.partition: tp.offset for tp in listed.topic_partitions}
-    if stored != dict(enumerate(offsets)):
-        raise RuntimeError(f"copying offsets into {group!r} stored {stored}, not {offsets}")
-
-
-# ------------------------------------------------------------------ one run
-def _measure(
-    label: str,
-    make: Callable[[dict[str, Any]], Any],
-    *,
-    bootstrap: str,
-    topic: str,
-    group: str,
-    start: list[int],
-    probe: PlainConsumer,
-    settings: DemoSettings,
-) -> RunResult:
-    """Restart ``group`` with the consumer ``make`` builds and time what it delivers."""
-    partitions = len(start)
-    backlog_end = [high for _low, high in _watermarks(probe, topic, partitions)]
-    backlog = sum(max(0, e - s) for s, e in zip(start, backlog_end, strict=True))
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "session.timeout.ms": _SESSION_TIMEOUT_MS,
-        "fetch.wait.max.ms": _FETCH_WAIT_MS,
-        "auto.offset.reset": "earliest",
-    }
-    work_s = settings.work_us / 1e6
-    # seen[p][i] != 0 once offset start[p] + i was delivered: C-speed scans later.
-    seen = [bytearray(max(0, e - s) + 4096) for s, e in zip(start, backlog_end, strict=True)]
-    backlog_left = backlog
-    latencies: list[float] = []
-    delivered = duplicates = out_of_order = 0
-    highest = [-1] * partitions  # highest offset delivered so far, per partition
-    errors: list[str] = []
-    joined: list[float] = []
-    first_fresh_s = backlog_done_s = caught_up_s = None
-    final_end: list[int] | None = None
-    timed_out = False
-    child_alive: bool | None = None
-
-    restart_wall = time.time()
-    t0 = time.monotonic()
-    consumer = make(conf)
-    try:
-
-        def on_assign(_consumer: Any, _partitions: list[TopicPartition]) -> None:
-            if not joined:
-                joined.append(time.monotonic() - t0)
-
-        consumer.subscribe([topic], on_assign=on_assign)
-        if backlog == 0:
-            backlog_done_s = 0.0
-        while True:
-            for m in consumer.consume(_BATCH, _CONSUME_TIMEOUT_S):
-                if m.error() is not None:
-                    if len(errors) < 10:
-                        errors.append(str(m.error()))
-                    continue
-                now = time.time()
-                delivered += 1
-                p, off = m.partition(), m.offset()
-                behind = off < highest[p]
-                if not behind:
-                    highest[p] = off
-                i = off - start[p]
-                if i >= 0:
-                    arr = seen[p]
-                    if i >= len(arr):
-                        arr.extend(bytes(i + 1 - len(arr) + 4096))
-                    if arr[i]:
-                        duplicates += 1
-                    else:
-                        arr[i] = 1
-                        if off < backlog_end[p]:
-                            backlog_left -= 1
-                            if backlog_left == 0:
-                                backlog_done_s = time.monotonic() - t0
-                ts = produce_time(m.value())
-                if ts >= restart_wall:
-                    if first_fresh_s is None:
-                        first_fresh_s = time.monotonic() - t0
-                    latencies.append(now - ts)
-                    out_of_order += behind
-                if work_s:
-                    _busy(work_s)
-            elapsed = time.monotonic() - t0
-            if backlog_done_s is not None and elapsed >= backlog_done_s + settings.tail_s:
-                if final_end is None:
-                    final_end = [high for _low, high in _watermarks(probe, topic, partitions)]
-                if all(
-                    len(arr) >= e - s and arr.find(0, 0, e - s) == -1
-                    for arr, s, e in zip(seen, start, final_end, strict=True)
-                ):
-                    caught_up_s = elapsed
-                    break
-            if elapsed > settings.run_timeout_s:
-                timed_out = True
-                break
-        alive = getattr(consumer, "child_consumer_is_alive", None)
-        child_alive = alive() if alive is not None else None
-    finally:
-        consumer.close()
-
-    end = final_end if final_end is not None else backlog_end
-    expected = lost = 0
-    for arr, s, e in zip(seen, start, end, strict=True):
-        n = max(0, e - s)
-        expected += n
-        lost += n - min(n, len(arr)) + arr.count(0, 0, n)
-    latencies.sort()
-    return RunResult(
-        label=label,
-        group_id=group,
-        backlog=backlog,
-        joined_s=joined[0] if joined else None,
-        first_fresh_s=first_fresh_s,
-        fresh_p50_s=_percentile(latencies, 50),
-        fresh_p99_s=_percentile(latencies, 99),
-        fresh_records=len(latencies),
-        fresh_out_of_order=out_of_order,
-        backlog_done_s=backlog_done_s,
-        caught_up_s=caught_up_s,
-        delivered=delivered,
-        expected=expected,
-        duplicates=duplicates,
-        lost=lost,
-        timed_out=timed_out,
-        errors=tuple(errors),
-        child_alive=child_alive,
-    )
 
 
 # ------------------------------------------------------------------ the demo
@@ -590,7 +241,7 @@ def run_demo(
         bootstrap = cluster.bootstrap_servers
         cluster_desc = f"{cluster.kind} cluster at {bootstrap}"
 
-        _check_reachable(bootstrap)
+        check_reachable(bootstrap)
         cluster.create_topic(topic, s.partitions)
         say(f"[2/{steps}] Created topic {topic} with {s.partitions} partitions")
 
@@ -599,8 +250,8 @@ def run_demo(
         stack.callback(probe.close)
 
         t = time.monotonic()
-        failures = _produce_backlog(bootstrap, topic, s.partitions, s.backlog)
-        marks = _watermarks(probe, topic, s.partitions)
+        failures = produce_backlog(bootstrap, topic, s.partitions, s.backlog)
+        marks = watermarks(probe, topic, s.partitions)
         low = [lo for lo, _hi in marks]
         log_backlog = sum(hi - lo for lo, hi in marks)
         say(
@@ -632,14 +283,14 @@ def run_demo(
             f" crashed without committing them ({time.monotonic() - t:.1f} s)"
         )
         plain_group, fast_group = f"{group}-plain", f"{group}-fast"
-        _copy_group(bootstrap, topic, plain_group, committed)
-        _copy_group(bootstrap, topic, fast_group, committed)
+        set_group_offsets(bootstrap, topic, plain_group, committed)
+        set_group_offsets(bootstrap, topic, fast_group, committed)
         say(
             f"{_INDENT}its committed offsets copied to {plain_group} and {fast_group},"
             " so both restarts begin at the same backlog"
         )
 
-        fresh = _FreshProducer(bootstrap, topic, s.partitions, s.rate)
+        fresh = FreshProducer(bootstrap, topic, s.partitions, s.rate)
         fresh.start()
         stack.callback(fresh.stop)
         say(
@@ -652,13 +303,15 @@ def run_demo(
             "topic": topic,
             "start": committed,
             "probe": probe,
-            "settings": s,
+            "work_us": s.work_us,
+            "tail_s": s.tail_s,
+            "run_timeout_s": s.run_timeout_s,
         }
         say(
             f"[6/{steps}] Restart (a): plain confluent_kafka.Consumer in {plain_group};"
             f" every record costs {s.work_us:g} us of work"
         )
-        plain = _measure("plain", PlainConsumer, group=plain_group, **common)
+        plain = measure_restart("plain", PlainConsumer, group=plain_group, **common)
         say(_INDENT + _run_summary(plain))
 
         say(
@@ -669,7 +322,7 @@ def run_demo(
         def make_fast(conf: dict[str, Any]) -> FastConsumer:
             return FastConsumer({**conf, "enable.parallel.rebalance": True})
 
-        fast = _measure("fastrebalance", make_fast, group=fast_group, **common)
+        fast = measure_restart("fastrebalance", make_fast, group=fast_group, **common)
         say(_INDENT + _run_summary(fast))
 
         fresh.stop()
@@ -678,7 +331,7 @@ def run_demo(
         if fresh.failures:
             notes.append(f"{fresh.failures:,} fresh records failed to produce")
         if owns_external:
-            _cleanup(bootstrap, topic, [group, plain_group, fast_group, f"{fast_group}.catchup"])
+            cleanup(bootstrap, [topic], [group, plain_group, fast_group, f"{fast_group}.catchup"])
 
     return DemoResult(
         settings=s,
@@ -693,17 +346,6 @@ def run_demo(
         wall_s=time.monotonic() - began,
         notes=tuple(notes),
     )
-
-
-def _cleanup(bootstrap: str, topic: str, groups: list[str]) -> None:
-    """Best effort: leave a cluster the user named as we found it; a leftover demo
-    topic is harmless, so failures pass silently. (The embedded one dies with us.)"""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures: list[Any] = list(admin.delete_topics([topic], request_timeout=10).values())
-    futures += admin.delete_consumer_groups(groups, request_timeout=10).values()
-    for future in futures:
-        with contextlib.suppress(Exception):
-            future.result(timeout=15)
 
 
 # ----------------------------------------------------------------- printing

@@ -5,7 +5,8 @@ printing and exit codes live here, the work lives elsewhere (``demo`` -> ``_demo
 
 Exit codes:
     0  the command ran and its checks passed
-    1  a check failed (e.g. the demo lost records)
+    1  a check failed (the demo lost records; status: unknown group or topic, or
+       commit metadata that claims to be ours but cannot be trusted)
     2  usage error (bad arguments)
     3  the command could not run (Kafka unreachable, a timeout, an unexpected error)
     130 interrupted (Ctrl-C)
@@ -41,7 +42,8 @@ EXIT_INTERRUPTED = 130
 _EPILOG = """\
 exit codes:
   0    the command ran and its checks passed
-  1    a check failed (e.g. the demo lost records)
+  1    a check failed (the demo lost records; status: unknown group or topic,
+       or commit metadata that claims to be fastrebalance's but cannot be trusted)
   2    usage error
   3    the command could not run (Kafka unreachable, a timeout, an unexpected error)
   130  interrupted
@@ -173,6 +175,562 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_CHECK_FAILED
 
 
+# ------------------------------------------------------------------ status
+_STATUS_EXAMPLES = """\
+examples:
+  fastrebalance status --bootstrap-servers localhost:9092 --group orders
+  fastrebalance status --bootstrap-servers localhost:9092 --group orders --topic orders --watch
+  fastrebalance status --bootstrap-servers kafka:9093 --group orders --json \\
+      -X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN \\
+      -X sasl.username=ops -X sasl.password=...
+"""
+
+
+def _config_pair(text: str) -> tuple[str, str]:
+    """``-X key=value``, kcat's spelling, so that secured clusters need no config file."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "status",
+        help="show a group's catch-up: safe offsets, pending backlog ranges, child progress, lag",
+        description=_paragraphs(
+            "Read a consumer group's committed offsets with their range tokens, the child's "
+            "commit log (<group>.catchup) and the log-end offsets, and show per partition: "
+            "the safe committed offset (what plain tools see), the primary's position, the "
+            "pending backlog ranges with a progress bar each, the child's checkpoint, and the "
+            "lag (records not yet processed).",
+            "Only committed offsets are read, so this works against a group with no live "
+            "member and never disturbs a running one. What it shows as pending is what a "
+            "restart of the group would read again.",
+            "Kafka keeps only the latest commit of each log: a single snapshot knows a range "
+            "from the child's previous checkpoint on; --watch follows each range from when it "
+            "started, with a drain rate and an ETA.",
+        ),
+        epilog=_STATUS_EXAMPLES + "\n" + _EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--bootstrap-servers", "-b", required=True, metavar="B", help="the Kafka cluster"
+    )
+    p.add_argument("--group", "-g", required=True, metavar="G", help="the application's group.id")
+    p.add_argument(
+        "--topic",
+        "-t",
+        action="append",
+        metavar="T",
+        help="only this topic, every partition of it (repeatable; default: every topic the "
+        "group committed offsets for)",
+    )
+    p.add_argument(
+        "--catchup-group",
+        metavar="C",
+        help="the child's group id, if parallel.rebalance.catchup.group.id was set "
+        "(default: G.catchup)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON for machines (with --watch: one JSON document per line)",
+    )
+    p.add_argument(
+        "--watch",
+        "-w",
+        action="store_true",
+        help="refresh until Ctrl-C, tracking each range's progress, rate and ETA",
+    )
+    p.add_argument(
+        "--interval",
+        type=_number(float, 0, inclusive=False),
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between --watch refreshes (default: 2)",
+    )
+    p.add_argument(
+        "--count",
+        type=_number(int, 1),
+        metavar="N",
+        help="with --watch, stop after N refreshes (default: until Ctrl-C)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_number(float, 0, inclusive=False),
+        default=10.0,
+        metavar="SECONDS",
+        help="give up on an unanswered request after this long (default: 10)",
+    )
+    p.add_argument(
+        "-X",
+        dest="config",
+        action="append",
+        type=_config_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka property for the admin client (repeatable), e.g. security.protocol=SSL",
+    )
+    p.set_defaults(func=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from ._status import (
+        JSON_SCHEMA_VERSION,
+        ClusterUnreachableError,
+        GroupNotFoundError,
+        ProgressTracker,
+        StatusError,
+        StatusReader,
+        TopicNotFoundError,
+        format_status,
+    )
+
+    ascii_only = False
+    try:
+        "\u2588\u2591".encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        ascii_only = True
+    clear = args.watch and not args.json and sys.stdout.isatty()
+    tracker = ProgressTracker()
+
+    try:
+        reader = StatusReader(
+            args.bootstrap_servers,
+            args.group,
+            topics=args.topic,
+            catchup_group=args.catchup_group,
+            timeout=args.timeout,
+            config=dict(args.config),
+        )
+    except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refused a -X property
+        print(f"fastrebalance status: invalid client configuration: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def snapshot() -> int:
+        try:
+            status = reader.read()
+        except StatusError as exc:
+            not_found = isinstance(exc, (GroupNotFoundError, TopicNotFoundError))
+            code = EXIT_CHECK_FAILED if not_found else EXIT_ERROR
+            if args.json:  # stdout stays parseable for the machine reading it
+                kind = {
+                    GroupNotFoundError: "group_not_found",
+                    TopicNotFoundError: "topic_not_found",
+                    ClusterUnreachableError: "cluster_unreachable",
+                }.get(type(exc), "error")
+                doc = {"schema": JSON_SCHEMA_VERSION, "error": kind, "message": str(exc)}
+                print(json.dumps(doc), flush=True)
+            print(f"fastrebalance status: {exc}", file=sys.stderr, flush=True)
+            return code
+        if args.watch:
+            status = tracker.update(status)
+        if args.json:
+            doc = status.to_dict()
+            print(json.dumps(doc) if args.watch else json.dumps(doc, indent=2), flush=True)
+        else:
+            if clear:
+                print("\x1b[H\x1b[2J", end="")
+            print(format_status(status, ascii_only=ascii_only), flush=True)
+        return EXIT_CHECK_FAILED if status.problems else EXIT_OK
+
+    code = snapshot()
+    if not args.watch:
+        return code
+    done = 1
+    try:
+        while args.count is None or done < args.count:
+            time.sleep(args.interval)
+            if not args.json and not clear:
+                print()
+            code = snapshot()
+            done += 1
+    except KeyboardInterrupt:
+        pass  # the normal end of a watch: report how the last refresh went
+    return code
+
+
+# ------------------------------------------------------------------- bench
+_BENCH_EXAMPLES = """\
+examples:
+  fastrebalance bench                                   # everything, ~10 min on 2 cores
+  fastrebalance bench --backlogs 10000,100000 --reps 1 --duration 5
+  fastrebalance bench --scenario steady --reps 5
+  fastrebalance bench --bootstrap-servers localhost:9092 --plot latency.png
+"""
+
+
+def _number_list(kind: type[int] | type[float], minimum: float) -> Callable:
+    """An argparse ``type=`` for ``1,2,3``: each item checked like ``_number``."""
+    one = _number(kind, minimum)
+
+    def parse(text: str) -> tuple[int | float, ...]:
+        items = [t.strip().replace("_", "") for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list")
+        return tuple(one(t) for t in items)
+
+    parse.__name__ = f"list of {kind.__name__}"
+    return parse
+
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
+    from ._bench import BenchSettings
+
+    d = BenchSettings()
+    p = commands.add_parser(
+        "bench",
+        help="benchmark post-crash latency, catch-up speed and overhead against plain "
+        "confluent-kafka",
+        description=_paragraphs(
+            "recovery: a group whose committed offsets lag the log end by B records restarts "
+            "while a producer writes fresh timestamped records; each record costs W us of "
+            "work. Measured for plain confluent_kafka.Consumer and fastrebalance.Consumer "
+            "(enable.parallel.rebalance=True), alternating: time to the first fresh record, "
+            "fresh-record latency p50/p99/max, time until the backlog is delivered, "
+            "records/s, peak RSS; plus the steady-state p99 (fastrebalance, no backlog).",
+            "steady: no backlog; poll() and consume(1000) throughput of raw confluent-kafka "
+            "and fastrebalance with the mode off and on.",
+            "Every run is its own process. Prints Markdown tables of the medians and ratios, "
+            "and writes a latency plot when matplotlib is installed "
+            "(pip install 'fastrebalance[bench]'). Runs on an embedded Kafka unless "
+            "--bootstrap-servers names a cluster.",
+        ),
+        epilog=_BENCH_EXAMPLES + "\n" + _EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--backlogs",
+        type=_number_list(int, 1),
+        default=d.backlogs,
+        metavar="B,...",
+        help=f"recovery backlog sizes, records (default: {','.join(str(b) for b in d.backlogs)})",
+    )
+    p.add_argument(
+        "--work-us",
+        type=_number_list(float, 0),
+        default=d.work_us,
+        metavar="W,...",
+        help=f"work per record, microseconds (default: {','.join(f'{w:g}' for w in d.work_us)})",
+    )
+    p.add_argument(
+        "--reps",
+        type=_number(int, 1),
+        default=d.reps,
+        metavar="N",
+        help=f"repetitions of every recovery run; tables show medians (default: {d.reps})",
+    )
+    p.add_argument(
+        "--steady-reps",
+        type=_number(int, 1),
+        default=d.steady_reps,
+        metavar="N",
+        help=f"repetitions of every steady-state run (default: {d.steady_reps})",
+    )
+    p.add_argument(
+        "--duration",
+        type=_number(float, 0, inclusive=False),
+        default=d.duration_s,
+        metavar="SECONDS",
+        help="fresh-latency window after each restart; each recovery run lasts at least "
+        f"this long (default: {d.duration_s:g})",
+    )
+    p.add_argument(
+        "--rate",
+        type=_number(float, 0, inclusive=False),
+        default=d.rate,
+        metavar="R",
+        help=f"fresh records per second (default: {d.rate:g})",
+    )
+    p.add_argument(
+        "--partitions",
+        type=_number(int, 1),
+        default=d.partitions,
+        metavar="P",
+        help=f"partitions of each benchmark topic (default: {d.partitions})",
+    )
+    p.add_argument(
+        "--throughput-records",
+        type=_number(int, 1),
+        default=d.throughput_records,
+        metavar="N",
+        help=f"records each steady-state run reads (default: {d.throughput_records:,})",
+    )
+    p.add_argument(
+        "--poll-timeout",
+        type=_number(float, 0),
+        default=d.poll_timeout_s,
+        metavar="SECONDS",
+        help="timeout of each poll()/consume() in the steady-state loops "
+        f"(default: {d.poll_timeout_s:g}, as in the README)",
+    )
+    p.add_argument(
+        "--scenario",
+        choices=("all", "recovery", "steady"),
+        default="all",
+        help="which scenario to run (default: all)",
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        metavar="B",
+        help="use this Kafka cluster instead of an embedded one; the benchmark topics "
+        "and groups are deleted afterwards",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_number(float, 0, inclusive=False),
+        default=d.run_timeout_s,
+        metavar="SECONDS",
+        help="give up on a run after this long; undelivered records count as lost "
+        f"(default: {d.run_timeout_s:g})",
+    )
+    p.add_argument(
+        "--plot",
+        default="fastrebalance-bench.png",
+        metavar="PATH",
+        help="latency-over-time PNG, if matplotlib is installed (default: %(default)s)",
+    )
+    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument("--markdown", metavar="PATH", help="also write the tables to this file")
+    p.add_argument("--json", metavar="PATH", help="also write every run's raw measurements")
+    p.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from ._bench import BenchSettings, format_markdown, result_json, run_bench, write_plot
+
+    scenarios = ("steady", "recovery") if args.scenario == "all" else (args.scenario,)
+    settings = BenchSettings(
+        backlogs=tuple(args.backlogs),
+        work_us=tuple(float(w) for w in args.work_us),
+        reps=args.reps,
+        steady_reps=args.steady_reps,
+        duration_s=args.duration,
+        rate=args.rate,
+        partitions=args.partitions,
+        throughput_records=args.throughput_records,
+        poll_timeout_s=args.poll_timeout,
+        scenarios=scenarios,
+        bootstrap_servers=args.bootstrap_servers,
+        run_timeout_s=args.timeout,
+    )
+    # The exact command, every option spelled out, so the tables can be reproduced.
+    command = (
+        f"fastrebalance bench --scenario {args.scenario}"
+        f" --backlogs {','.join(str(b) for b in settings.backlogs)}"
+        f" --work-us {','.join(f'{w:g}' for w in settings.work_us)} --reps {settings.reps}"
+        f" --steady-reps {settings.steady_reps}"
+        f" --duration {settings.duration_s:g} --rate {settings.rate:g}"
+        f" --partitions {settings.partitions} --throughput-records {settings.throughput_records}"
+        f" --poll-timeout {settings.poll_timeout_s:g}"
+    )
+    if settings.bootstrap_servers:
+        command += f" --bootstrap-servers {settings.bootstrap_servers}"
+    print(f"fastrebalance bench: {command}\n", flush=True)
+    result = run_bench(settings, out=lambda line: print(line, flush=True))
+    tables = format_markdown(result, command)
+    print()
+    print(tables, flush=True)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(tables)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(result_json(result))
+    if not args.no_plot and "recovery" in scenarios:
+        written = write_plot(result, args.plot)
+        if written:
+            print(f"plot written to {written}")
+        else:
+            print("no plot: matplotlib is not installed (pip install 'fastrebalance[bench]')")
+    return EXIT_OK if result.ok else EXIT_CHECK_FAILED
+
+
+_CHAOS_EXAMPLES = """\
+examples:
+  fastrebalance chaos --duration 3m
+  fastrebalance chaos --duration 30m --seed 1234      # replay a run's fault schedule
+  fastrebalance chaos --duration 10m --faults kill,kill_commit,stop --protocol consumer
+"""
+
+
+def _duration(text: str) -> float:
+    from .testing._chaos import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected a positive duration")
+    return value
+
+
+def _fault_list(text: str) -> tuple[str, ...]:
+    from .testing._chaos import ALL_FAULTS
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in ALL_FAULTS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: faults are a comma-separated list of {', '.join(ALL_FAULTS)}"
+        )
+    return names
+
+
+def _add_chaos(commands: argparse._SubParsersAction) -> None:
+    from .testing._chaos import ALL_FAULTS
+
+    p = commands.add_parser(
+        "chaos",
+        help="soak test: random crashes, stalls and broker pauses; proves no record is lost",
+        description=_paragraphs(
+            "Run a producer writing uniquely numbered records and N fastrebalance consumer "
+            "processes in one group, each logging what it processed (fsynced before it "
+            "commits), while faults are injected at random moments from a printed seed: "
+            "SIGKILL (at random, while the child is mid-range, while a commit is in flight, "
+            "while joining), SIGSTOP/SIGCONT past session.timeout.ms and "
+            "max.poll.interval.ms, clean restarts, members added and removed, and the broker "
+            "process paused (embedded cluster only).",
+            "Then drain and check: every record delivered at least once (records deleted by "
+            "retention before anyone read them are counted apart), duplicates counted, and "
+            "the group's committed offset, sampled with a plain confluent-kafka consumer, "
+            "never ahead of what the consumers had durably processed. Prints a summary table "
+            "with fresh-record latency percentiles; exit code 1 if a check failed.",
+        ),
+        epilog=_CHAOS_EXAMPLES + "\n" + _EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--duration",
+        type=_duration,
+        default=600.0,
+        metavar="D",
+        help="how long faults are injected, e.g. 90s, 10m, 1h (default: 10m)",
+    )
+    p.add_argument("--seed", type=int, help="replay the fault schedule of an earlier run")
+    p.add_argument(
+        "--workers",
+        type=_number(int, 1),
+        default=3,
+        metavar="N",
+        help="consumer processes at the start; faults add and remove members within "
+        "N-1..N+2 (default: 3)",
+    )
+    p.add_argument(
+        "--partitions", type=_number(int, 1), default=8, metavar="P", help="(default: 8)"
+    )
+    p.add_argument(
+        "--rate",
+        type=_number(float, 0, inclusive=False),
+        default=500.0,
+        metavar="R",
+        help="records produced per second (default: 500; the embedded cluster keeps "
+        "about 100k small lz4 records per partition, older ones are deleted by retention "
+        "and reported apart)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=("classic", "cooperative", "consumer"),
+        default="cooperative",
+        help="group protocol: classic (eager range), cooperative (cooperative-sticky), "
+        "consumer (KIP-848) (default: cooperative)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=_number(int, 0),
+        default=20,
+        metavar="N",
+        help="parallel.rebalance.lag.threshold of the consumers (default: 20)",
+    )
+    p.add_argument(
+        "--work-us",
+        type=_number(int, 0),
+        default=250,
+        metavar="W",
+        help="simulated processing per record, microseconds (default: 250)",
+    )
+    p.add_argument(
+        "--faults",
+        type=_fault_list,
+        default=ALL_FAULTS,
+        metavar="LIST",
+        help="comma-separated faults to inject (default: all): " + ", ".join(ALL_FAULTS),
+    )
+    p.add_argument(
+        "--min-faults",
+        type=_number(int, 0),
+        default=20,
+        metavar="N",
+        help="keep injecting past --duration until this many faults (default: 20)",
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        metavar="B",
+        help="use this Kafka cluster instead of an embedded one (no broker pauses then)",
+    )
+    p.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="where the consumer logs go (default: a new temporary directory, kept)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print the summary only, not each fault")
+    p.set_defaults(func=_cmd_chaos)
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from .testing._chaos import ChaosSettings, format_summary, run_chaos
+
+    settings = ChaosSettings(
+        duration_s=args.duration,
+        seed=args.seed,
+        workers=args.workers,
+        min_workers=max(1, args.workers - 1),  # a lone member under fire only measures stalls
+        max_workers=args.workers + 2,
+        partitions=args.partitions,
+        rate=args.rate,
+        protocol=args.protocol,
+        threshold=args.threshold,
+        work_us=args.work_us,
+        faults=args.faults,
+        min_faults=args.min_faults,
+        linger_ms=50,  # fewer, larger batches: the embedded broker keeps 100k per partition
+        bootstrap_servers=args.bootstrap_servers,
+        workdir=Path(args.workdir) if args.workdir else None,
+    )
+
+    def out(line: str) -> None:
+        if not args.quiet or line.startswith("chaos:"):
+            print(line, flush=True)
+
+    result = run_chaos(settings, out=out)
+    # the command that replays this run: the options given, with the seed drawn
+    words = ["fastrebalance", "chaos", "--duration", f"{args.duration:g}s"]
+    words += ["--seed", str(result.seed)]
+    defaults = build_parser().parse_args(["chaos"])
+    options = ("workers", "partitions", "rate", "protocol", "threshold", "work_us", "min_faults")
+    for name in (*options, "bootstrap_servers"):
+        value = getattr(args, name)
+        if value != getattr(defaults, name):
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+            words += ["--" + name.replace("_", "-"), text]
+    if args.faults != defaults.faults:
+        words += ["--faults", ",".join(args.faults)]
+    command = " ".join(shlex.quote(w) for w in words)
+    print()
+    print(format_summary(result, command), flush=True)
+    for problem in result.problems():
+        print(f"FAILED: {problem}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_CHECK_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastrebalance",
@@ -193,6 +751,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_demo(commands)
+    _add_status(commands)
+    _add_bench(commands)
+    _add_chaos(commands)
     return parser
 
 

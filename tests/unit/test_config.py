@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -315,3 +316,16 @@ def test_child_config_default_client_id_and_custom_group() -> None:
     assert child["client.id"] == "rdkafka-catchup"
     assert child["group.id"] == "orders-backlog"
     assert "client.id" not in primary
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with the mode on, split_config() replaces enable.auto.commit before librdkafka "
+    "sees it, and _librdkafka_bool() reads any unknown string as false: a plain "
+    "confluent-kafka Consumer raises KafkaException (Expected bool value for "
+    "enable.auto.commit) for the same config",
+)
+@pytest.mark.parametrize("value", ["maybe", "ture", ""])
+def test_invalid_enable_auto_commit_is_rejected_as_confluent_kafka_does(value: str) -> None:
+    with pytest.raises((ValueError, KafkaException), match=r"enable\.auto\.commit"):
+        split_config(enabled(**{"enable.auto.commit": value}))

@@ -1,0 +1,306 @@
+"""The source's Kafka side: log ends for the driver, offset slices for the executors.
+
+No Spark import: the executor half only needs pyarrow, and both halves can be tested against
+the embedded cluster without starting a JVM.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ._options import SourceOptions
+from ._plan import Marks, Slice, TopicPartitionKey
+
+__all__ = [
+    "ARROW_FIELDS",
+    "ARROW_SCHEMA",
+    "DataLossError",
+    "OffsetFetcher",
+    "read_slice",
+    "read_slices",
+]
+
+log = logging.getLogger("fastrebalance.spark")
+
+#: The column layout of Spark's Kafka source, plus ``catchup``, as Arrow: Spark checks every
+#: batch a Python source yields against the Arrow form of the declared schema (_source.SCHEMA;
+#: a unit test keeps the two equal), and Arrow batches are far cheaper than tuples.
+ARROW_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+    ("catchup", pa.bool_()),
+]
+ARROW_SCHEMA = pa.schema([pa.field(name, dtype, nullable=True) for name, dtype in ARROW_FIELDS])
+
+#: Records per Arrow batch handed to Spark: big enough to amortize the per-batch cost, small
+#: enough that a 25k-record chunk streams in a few batches instead of one memory spike.
+BATCH_ROWS = 8192
+_PARTITION_REFRESH_S = 5.0
+_RETRIES = 3
+
+
+class DataLossError(RuntimeError):
+    """Records that should have been read are gone (retention, truncation); see failOnDataLoss."""
+
+
+class OffsetFetcher:
+    """The driver's view of the topics: their partitions and watermarks, cached briefly.
+
+    Spark asks for the latest offset every ~10 ms while a query is idle; a fresh ListOffsets
+    per partition each time would be pure overhead, so watermarks are reused for
+    ``watermark_cache_s`` and the partition list for a few seconds. The consumer is created on
+    first use: this object lives in the reader, which Spark pickles.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._consumer: Consumer | None = None
+        self._partitions: list[TopicPartitionKey] = []
+        self._partitions_at = float("-inf")
+        self._marks: dict[TopicPartitionKey, Marks] = {}
+        self._marks_at = float("-inf")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Never ship a live handle (or its cache) to an executor.
+        return {"_options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_options"])  # type: ignore[misc]
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self._options.consumer_config("driver"))
+        return self._consumer
+
+    def partitions(self, *, refresh: bool = False) -> list[TopicPartitionKey]:
+        now = time.monotonic()
+        if refresh or now - self._partitions_at > _PARTITION_REFRESH_S:
+            found: list[TopicPartitionKey] = []
+            for topic in self._options.topics:
+                md = _retry(lambda t=topic: self._client().list_topics(t, timeout=10))
+                meta = md.topics.get(topic)
+                if meta is None or meta.error is not None:
+                    log.debug("topic %s has no metadata yet (%s)", topic, meta and meta.error)
+                    continue
+                found.extend((topic, p) for p in sorted(meta.partitions))
+            self._partitions, self._partitions_at = found, now
+        return list(self._partitions)
+
+    def marks(self, *, refresh: bool = False) -> dict[TopicPartitionKey, Marks]:
+        """Watermarks of every subscribed partition; ``refresh`` bypasses the cache."""
+        now = time.monotonic()
+        if refresh or now - self._marks_at > self._options.watermark_cache_s:
+            client = self._client()
+            out: dict[TopicPartitionKey, Marks] = {}
+            for topic, p in self.partitions(refresh=refresh):
+                low, high = _retry(
+                    lambda t=topic, p=p: client.get_watermark_offsets(
+                        TopicPartition(t, p), timeout=10, cached=False
+                    )
+                )
+                out[(topic, p)] = Marks(low, high)
+            self._marks, self._marks_at = out, time.monotonic()
+        return dict(self._marks)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+
+def _retry(call: Any) -> Any:
+    """A few tries for metadata calls: a broker restart should not fail the whole query."""
+    for attempt in range(_RETRIES):
+        try:
+            return call()
+        except KafkaException:
+            if attempt == _RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+class _Columns:
+    """Column buffers for one Arrow batch; plain lists, converted once per batch."""
+
+    __slots__ = ("keys", "offsets", "ts", "ts_types", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.ts: list[int | None] = []
+        self.ts_types: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def batch(self, sl: Slice) -> pa.RecordBatch:
+        n = len(self.offsets)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.array([sl.topic] * n, pa.string()),
+                pa.array([sl.partition] * n, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.ts, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(self.ts_types, pa.int32()),
+                pa.array([sl.catchup] * n, pa.bool_()),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+
+
+# One idle consumer per configuration, per Python worker process. Spark reuses its Python
+# workers across tasks, and a fresh librdkafka handle costs a bootstrap connection and a
+# metadata round trip, which dominates a task that reads a few live records. A consumer is
+# only put back after a clean read (and after unassign()); any failure closes it instead.
+_IDLE: dict[tuple[tuple[str, str], ...], Consumer] = {}
+
+
+@atexit.register
+def _close_idle() -> None:
+    while _IDLE:
+        _, consumer = _IDLE.popitem()
+        consumer.close()
+
+
+@contextmanager
+def _borrow(options: SourceOptions) -> Iterator[Consumer]:
+    key = tuple(sorted(options.kafka.items()))
+    consumer = _IDLE.pop(key, None) or Consumer(options.consumer_config("executor"))
+    clean = False
+    try:
+        yield consumer
+        consumer.unassign()
+        clean = True
+    finally:
+        if clean and key not in _IDLE:
+            _IDLE[key] = consumer
+        else:
+            consumer.close()
+
+
+def read_slices(
+    slices: Iterable[Slice], options: SourceOptions, batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Every stored record of each slice, in order, as Arrow batches (one task's work)."""
+    todo = [sl for sl in slices if sl.size > 0]
+    if not todo:
+        return
+    with _borrow(options) as consumer:
+        for sl in todo:
+            yield from _read_one(consumer, sl, options, batch_rows)
+
+
+def read_slice(
+    sl: Slice, options: SourceOptions, batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    return read_slices([sl], options, batch_rows)
+
+
+def _read_one(
+    consumer: Consumer, sl: Slice, options: SourceOptions, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """Every stored record of ``[sl.start, sl.end)``, then stop.
+
+    Offsets may be missing inside the slice (compaction, transaction markers): the read ends
+    at the first record at or past ``end``, or at partition EOF once the log end has reached
+    ``end``. A slice whose start was deleted by retention is data loss, reported per
+    ``failOnDataLoss``.
+    """
+    tp = TopicPartition(sl.topic, sl.partition)
+    consumer.assign([TopicPartition(sl.topic, sl.partition, sl.start)])
+    cols = _Columns()
+    first = True
+    waited_since = time.monotonic()
+    done = False
+    while not done:
+        msgs = consumer.consume(min(batch_rows, sl.size, 10_000), timeout=0.5)
+        if not msgs:
+            if time.monotonic() - waited_since > options.poll_timeout_s:
+                raise TimeoutError(
+                    f"no record of {sl.topic}-{sl.partition} [{sl.start}, {sl.end}) arrived"
+                    f" within kafkaConsumer.pollTimeoutMs={options.poll_timeout_s * 1000:g}"
+                )
+            continue
+        waited_since = time.monotonic()
+        for m in msgs:
+            if m.partition() != sl.partition or m.topic() != sl.topic:
+                continue  # left over from this consumer's previous assignment
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+                if m.offset() >= sl.end or _log_end_below(consumer, tp, sl, options):
+                    done = True
+                    break
+                continue  # e.g. an open transaction: the records up to end will come
+            offset = m.offset()
+            if offset < sl.start:
+                continue  # left over from a previous assignment of the same partition
+            if offset >= sl.end:
+                done = True
+                break
+            if first and offset > sl.start:
+                _check_start_deleted(consumer, tp, sl, offset, options)
+            first = False
+            ts_type, ts = m.timestamp()
+            cols.keys.append(m.key())
+            cols.values.append(m.value())
+            cols.offsets.append(offset)
+            cols.ts.append(ts if ts_type else None)
+            cols.ts_types.append(ts_type - 1)  # librdkafka 0/1/2 -> Kafka -1/0/1
+            if offset + 1 >= sl.end:
+                done = True
+                break
+        if len(cols) >= batch_rows or (done and len(cols)):
+            yield cols.batch(sl)
+            cols = _Columns()
+
+
+def _loss(message: str, options: SourceOptions) -> None:
+    if options.fail_on_data_loss:
+        raise DataLossError(message + " (set failOnDataLoss=false to skip them)")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+def _check_start_deleted(
+    consumer: Consumer, tp: TopicPartition, sl: Slice, got: int, options: SourceOptions
+) -> None:
+    """A slice that starts past its start: compaction (fine) or retention (data loss)?"""
+    low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    if low > sl.start:
+        _loss(
+            f"{sl.topic}-{sl.partition}: offsets [{sl.start}, {min(low, got)}) were deleted"
+            " before they were read",
+            options,
+        )
+
+
+def _log_end_below(
+    consumer: Consumer, tp: TopicPartition, sl: Slice, options: SourceOptions
+) -> bool:
+    """At EOF before ``end``: True (stop) when the log really ends below it (truncation)."""
+    _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    if high < sl.end:
+        _loss(
+            f"{sl.topic}-{sl.partition}: the log ends at {high}, below the planned end {sl.end}",
+            options,
+        )
+        return True
+    return False

@@ -1,0 +1,377 @@
+"""Offset planning for the Spark source: pure functions, no Spark, no Kafka.
+
+Spark restores exactly one thing after a restart: the offset JSON it logged for each
+micro-batch. So everything the KIP-333 catch-up needs to survive a crash lives inside that
+JSON, and every decision is a function of it:
+
+* A partition's position is ``next`` (every offset at or above it is unplanned) plus the
+  *pending* ranges below ``next`` that no batch has read yet (the backlog).
+* A batch from ``start`` to ``end`` reads, per partition,
+  ``(start.pending | [start.next, end.next)) - end.pending``. Because that is a function of the
+  two JSONs only, Spark can re-plan a batch after a crash (it calls ``partitions`` with the
+  logged offsets) and get the very same records; the chunks of one plan are disjoint, so no
+  record is read twice within a batch.
+* The records that come out of ``start.pending`` are the backlog (``catchup=true``); the rest
+  are the live stream.
+
+``plan_end`` is the only place that decides anything (where the next batch ends); ``plan_slices``
+just reads the difference back out, so the two can never disagree about what a batch holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastrebalance._ranges import RangeSet
+
+__all__ = [
+    "Marks",
+    "PartitionPosition",
+    "Plan",
+    "Slice",
+    "TopicPartitionKey",
+    "allocate",
+    "decode_offset",
+    "detect_restart",
+    "encode_offset",
+    "offset_json",
+    "pack_tasks",
+    "pending_count",
+    "plan_end",
+    "plan_slices",
+]
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Marks:
+    """A partition's watermarks: ``low`` is the first offset still stored, ``high`` the log end."""
+
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    """Where one partition stands in a source offset.
+
+    ``pending`` holds half-open ``[start, end)`` ranges below ``next``, canonical (sorted,
+    disjoint, non-touching), so that equal positions always encode to the same JSON: Spark
+    decides "no new data" by comparing offset JSON strings.
+    """
+
+    next: int
+    pending: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.next, bool) or not isinstance(self.next, int) or self.next < 0:
+            raise ValueError(f"offset must be an int >= 0, got {self.next!r}")
+        canonical = RangeSet(self.pending).as_tuple()
+        if canonical != tuple(tuple(r) for r in self.pending):
+            raise ValueError(f"pending ranges must be sorted and disjoint: {self.pending!r}")
+        if canonical and canonical[-1][1] > self.next:
+            raise ValueError(f"pending ranges {canonical!r} must lie below next={self.next}")
+
+    @classmethod
+    def of(cls, next_offset: int, pending: Iterable[tuple[int, int]] = ()) -> PartitionPosition:
+        """Build from any ranges (overlapping, unsorted): they are made canonical first."""
+        return cls(next_offset, RangeSet(pending).as_tuple())
+
+
+Offset = Mapping[TopicPartitionKey, PartitionPosition]
+
+
+# -- the JSON form ---------------------------------------------------------------------------
+def encode_offset(offset: Offset) -> dict[str, dict[str, Any]]:
+    """The JSON-ready dict, in a fixed key order (topics by name, partitions by number).
+
+    A partition without backlog is a bare int, so the common case reads like Spark's own Kafka
+    offsets (``{"orders": {"0": 120}}``); with backlog it is ``[next, [s, e], ...]``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for topic, partition in sorted(offset):
+        pos = offset[(topic, partition)]
+        value: Any = pos.next
+        if pos.pending:
+            value = [pos.next, *([s, e] for s, e in pos.pending)]
+        out.setdefault(topic, {})[str(partition)] = value
+    return out
+
+
+def offset_json(offset: Offset) -> str:
+    """The exact string Spark will store (the runner uses ``json.dumps`` with defaults)."""
+    return json.dumps(encode_offset(offset))
+
+
+def decode_offset(obj: Mapping[str, Any]) -> dict[TopicPartitionKey, PartitionPosition]:
+    """Parse an offset dict as Spark hands it back (JSON keys are strings)."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"source offset must be a JSON object, got {obj!r}")
+    out: dict[TopicPartitionKey, PartitionPosition] = {}
+    for topic, parts in obj.items():
+        if not isinstance(parts, Mapping):
+            raise ValueError(f"offsets of topic {topic!r} must be an object, got {parts!r}")
+        for key, value in parts.items():
+            try:
+                partition = int(key)
+            except (TypeError, ValueError):
+                raise ValueError(f"partition {key!r} of topic {topic!r} is not an int") from None
+            out[(topic, partition)] = _decode_position(topic, partition, value)
+    return out
+
+
+def _decode_position(topic: str, partition: int, value: Any) -> PartitionPosition:
+    where = f"{topic}-{partition}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return PartitionPosition(value)
+    if isinstance(value, list) and value:
+        ranges = []
+        for r in value[1:]:
+            if not (isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r)):
+                raise ValueError(f"bad pending range {r!r} in the offset of {where}")
+            ranges.append((r[0], r[1]))
+        try:
+            return PartitionPosition(value[0], tuple(ranges))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad offset for {where}: {exc}") from None
+    raise ValueError(f"bad offset for {where}: {value!r}")
+
+
+def pending_count(offset: Offset) -> int:
+    """Backlog records still to read, over all partitions (for progress reporting)."""
+    return sum(e - s for pos in offset.values() for s, e in pos.pending)
+
+
+# -- planning the next batch -------------------------------------------------------------------
+def detect_restart(
+    start: Offset, marks: Mapping[TopicPartitionKey, Marks], threshold: int
+) -> dict[TopicPartitionKey, int]:
+    """The partitions whose lag exceeds ``threshold``, each with the log end to skip to.
+
+    The caller snapshots this once per query run (the first planning call after a restart), so
+    that re-planning from the same logged start always skips to the same point.
+    """
+    out: dict[TopicPartitionKey, int] = {}
+    for tp, pos in start.items():
+        m = marks.get(tp)
+        if m is not None and m.high - max(pos.next, m.low) > threshold:
+            out[tp] = m.high
+    return out
+
+
+def allocate(
+    lags: Mapping[TopicPartitionKey, int], limit: int | None
+) -> dict[TopicPartitionKey, int]:
+    """Split a record budget over partitions in proportion to their lag (largest remainder).
+
+    Proportional, like Spark's Kafka source, so the partitions furthest behind get the most and
+    none starves; largest remainder so the total is exactly ``min(limit, total lag)``.
+    """
+    lags = {tp: max(lag, 0) for tp, lag in lags.items()}
+    total = sum(lags.values())
+    if limit is None or total <= limit:
+        return dict(lags)
+    limit = max(limit, 0)
+    shares = {tp: limit * lag // total for tp, lag in lags.items()}
+    left = limit - sum(shares.values())
+    by_remainder = sorted(lags, key=lambda tp: (-(limit * lags[tp] % total), tp))
+    for tp in by_remainder[:left]:
+        shares[tp] += 1
+    return shares
+
+
+@dataclass
+class Plan:
+    """Where the next batch ends, and what the planner noticed on the way."""
+
+    end: dict[TopicPartitionKey, PartitionPosition]
+    restarted: dict[TopicPartitionKey, tuple[int, int]] = field(default_factory=dict)
+    """Partitions whose backlog was skipped in this plan: tp -> the skipped ``[from, to)``."""
+    losses: list[str] = field(default_factory=list)
+    """Human-readable descriptions of records that are gone (retention, topic recreated)."""
+
+
+def plan_end(
+    start: Offset,
+    marks: Mapping[TopicPartitionKey, Marks],
+    *,
+    restart_ends: Mapping[TopicPartitionKey, int] | None = None,
+    fresh_limit: int | None = None,
+    catchup_budget: int = 100_000,
+    chunk_size: int = 25_000,
+    target: Mapping[TopicPartitionKey, int] | None = None,
+    new_partitions_from_earliest: bool = True,
+) -> Plan:
+    """The end offset of the next batch.
+
+    * A partition in ``restart_ends`` that has not yet passed that point moves its backlog
+      ``[next, restart_end)`` into pending and continues from ``restart_end``: the live stream
+      flows at once. A plan that skips any backlog drains none, so the first batch after a
+      restart only carries live records.
+    * The live stream advances to the log end (capped by ``target`` for Trigger.AvailableNow),
+      at most ``fresh_limit`` records in total (Spark's ``maxOffsetsPerTrigger``).
+    * Otherwise up to ``catchup_budget`` backlog records leave pending, lowest offsets first,
+      one chunk per partition in turn (largest backlog first), so the partitions' backlogs
+      progress in parallel and a batch is never held hostage by backlog work.
+    * A partition seen for the first time is added at its first offset (or its log end), so it
+      is read from the next batch on.
+    """
+    if catchup_budget < 1 or chunk_size < 1:
+        raise ValueError("catchup_budget and chunk_size must be >= 1")
+    restart_ends = restart_ends or {}
+    plan = Plan(end={})
+    nexts: dict[TopicPartitionKey, int] = {}
+    highs: dict[TopicPartitionKey, int] = {}
+    pendings: dict[TopicPartitionKey, RangeSet] = {}
+
+    for tp in sorted(set(start) | set(marks)):
+        m = marks.get(tp)
+        if tp not in start:
+            assert m is not None
+            first = m.low if new_partitions_from_earliest else m.high
+            if target is not None:
+                first = min(first, target.get(tp, first))
+            plan.end[tp] = PartitionPosition(first)
+            continue
+        pos = start[tp]
+        if m is None:  # no watermarks this time (metadata hiccup, topic deleted): stand still
+            plan.end[tp] = pos
+            continue
+        nxt, pending = pos.next, RangeSet(pos.pending)
+        high = m.high if target is None else min(m.high, target.get(tp, m.high))
+        where = f"{tp[0]}-{tp[1]}"
+        if m.high < nxt:
+            plan.losses.append(
+                f"{where}: log end {m.high} is below the next offset {nxt}"
+                " (topic recreated or truncated); continuing from the log end"
+            )
+            pending.truncate_from(m.high)
+            nxt = m.high
+            high = min(high, nxt)
+        gone = [(s, min(e, m.low)) for s, e in pending if s < m.low]
+        if nxt < m.low:
+            gone.append((nxt, m.low))
+        if gone:
+            plan.losses.append(
+                f"{where}: offsets {', '.join(f'[{s}, {e})' for s, e in gone)} were deleted"
+                f" by retention before they were read (first stored offset is {m.low})"
+            )
+            pending.remove_below(m.low)
+            nxt = max(nxt, m.low)
+        skip_to = restart_ends.get(tp)
+        if skip_to is not None and nxt < skip_to <= m.high:
+            pending.add(nxt, skip_to)
+            plan.restarted[tp] = (nxt, skip_to)
+            nxt = skip_to
+        nexts[tp], highs[tp], pendings[tp] = nxt, max(high, nxt), pending
+
+    grants = allocate({tp: highs[tp] - nexts[tp] for tp in nexts}, fresh_limit)
+    if not plan.restarted:
+        _drain(pendings, catchup_budget, chunk_size)
+    for tp in nexts:
+        plan.end[tp] = PartitionPosition(nexts[tp] + grants[tp], pendings[tp].as_tuple())
+    plan.end = dict(sorted(plan.end.items()))
+    return plan
+
+
+def _drain(pendings: Mapping[TopicPartitionKey, RangeSet], budget: int, chunk_size: int) -> None:
+    """Take up to ``budget`` backlog offsets out of pending: one chunk per partition per round.
+
+    Rounds start with the partition that has the most backlog, so that when the budget is
+    smaller than one chunk per partition the largest backlogs shrink first and the partitions
+    even out over the batches, instead of the same few always going first.
+    """
+    order = sorted(
+        (tp for tp, rs in pendings.items() if rs), key=lambda tp: (-pendings[tp].count(), tp)
+    )
+    while budget > 0 and order:
+        still = []
+        for tp in order:
+            if budget <= 0:
+                break
+            rs = pendings[tp]
+            first, range_end = next(iter(rs))
+            take = min(chunk_size, budget, range_end - first)
+            rs.remove(first, first + take)
+            budget -= take
+            if rs:
+                still.append(tp)
+        order = still
+
+
+# -- reading a planned batch back out ----------------------------------------------------------
+@dataclass(frozen=True)
+class Slice:
+    """One Spark input partition: the offsets ``[start, end)`` of one Kafka partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    catchup: bool
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
+    """What the batch ``start → end`` reads, as input partitions; pure in its arguments.
+
+    Live spans come first (one slice per partition, so Spark schedules them first) and backlog
+    comes in chunks of at most ``chunk_size`` records, each its own task. A partition absent
+    from ``start`` is read from the next batch on (its first plan only records where it starts).
+    """
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be >= 1")
+    live: list[Slice] = []
+    backlog: list[Slice] = []
+    for (topic, partition), e in sorted(end.items()):
+        s = start.get((topic, partition))
+        if s is None:
+            continue
+        still_pending = RangeSet(e.pending)
+        spans = RangeSet()
+        if e.next > s.next:
+            spans.add(s.next, e.next)
+        drained = RangeSet(s.pending)
+        for a, b in still_pending:
+            spans.remove(a, b)
+            drained.remove(a, b)
+        live.extend(Slice(topic, partition, a, b, False) for a, b in spans)
+        for a, b in drained:
+            backlog.extend(
+                Slice(topic, partition, c, min(c + chunk_size, b), True)
+                for c in range(a, b, chunk_size)
+            )
+    return live + backlog
+
+
+def pack_tasks(slices: Iterable[Slice], max_records: int) -> list[tuple[Slice, ...]]:
+    """Group slices into Spark tasks: small live spans share a task, backlog chunks do not.
+
+    After a restart the live span of each partition is tiny (a few records per batch), and a
+    task costs far more than reading a few records; packing them keeps the live work of a
+    batch to one or two tasks, so it does not compete with the backlog chunks for cores.
+    A live span is never split. Live tasks come first, so Spark schedules them first.
+    """
+    live: list[tuple[Slice, ...]] = []
+    backlog: list[tuple[Slice, ...]] = []
+    group: list[Slice] = []
+    size = 0
+    for sl in slices:
+        if sl.catchup:
+            backlog.append((sl,))
+            continue
+        if group and size + sl.size > max_records:
+            live.append(tuple(group))
+            group, size = [], 0
+        group.append(sl)
+        size += sl.size
+    if group:
+        live.append(tuple(group))
+    return live + backlog

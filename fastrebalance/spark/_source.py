@@ -1,0 +1,246 @@
+"""The Spark-facing classes: thin adapters from PySpark's data source API to _plan and _kafka.
+
+Spark runs the stream reader in one long-lived Python process on the driver (offsets,
+planning) and ships a *pickled copy* to executors for ``read``. So the reader holds only
+options and small caches, creates Kafka clients lazily, and keeps the one piece of per-run
+state that is not in the offset JSON (the log ends seen at restart) in a form that only ever
+makes re-planning agree with the first plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ._kafka import OffsetFetcher, read_slices
+from ._options import SourceOptions, parse_options
+from ._plan import (
+    Marks,
+    PartitionPosition,
+    Slice,
+    TopicPartitionKey,
+    decode_offset,
+    detect_restart,
+    encode_offset,
+    pack_tasks,
+    pending_count,
+    plan_end,
+    plan_slices,
+)
+
+__all__ = ["SCHEMA", "FastRebalanceDataSource", "FastRebalanceStreamReader", "KafkaSlicePartition"]
+
+log = logging.getLogger("fastrebalance.spark")
+
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("catchup", BooleanType()),
+    ]
+)
+
+
+class KafkaSlicePartition(InputPartition):
+    """One Spark task: offset ranges of Kafka partitions, read in order (picklable)."""
+
+    def __init__(self, slices: tuple[Slice, ...]) -> None:
+        super().__init__(slices)
+        self.slices = slices
+
+
+class FastRebalanceDataSource(DataSource):
+    """``spark.readStream.format("fastrebalance")``: Kafka with KIP-333 catch-up on restart."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "fastrebalance"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+            raise ValueError(
+                f"the fastrebalance source has a fixed schema {SCHEMA.simpleString()};"
+                f" got {schema.simpleString()}"
+            )
+        return FastRebalanceStreamReader(parse_options(self.options))
+
+
+class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._fetcher = OffsetFetcher(options)
+        self._initial: dict[str, Any] | None = None
+        self._restart_ends: dict[TopicPartitionKey, int] | None = None
+        self._target: dict[TopicPartitionKey, int] | None = None
+        self._restart_at = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors need the options only; the driver's caches stay on the driver.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    # -- offsets (driver) ------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, Any]:
+        marks = self._fetcher.marks(refresh=True)
+        starting = self.options.starting
+        missing = sorted(set(marks) - set(starting.specific))
+        if starting.default == "specific" and missing:
+            raise ValueError(
+                "startingOffsets must give an offset for every partition of the subscribed"
+                f" topics (as Spark's Kafka source requires); missing: {missing}"
+            )
+        start: dict[TopicPartitionKey, PartitionPosition] = {}
+        for tp, m in marks.items():
+            wanted = {"earliest": -2, "latest": -1}.get(starting.default)
+            if wanted is None:
+                wanted = starting.specific[tp]
+            offset = m.low if wanted == -2 else m.high if wanted == -1 else wanted
+            start[tp] = PartitionPosition(offset)
+        self._initial = encode_offset(start)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # "Everything available now" is the log end at this moment; the backlog already in the
+        # offset JSON (or skipped at restart) is below it, so the query still drains it all.
+        self._target = {tp: m.high for tp, m in self._fetcher.marks(refresh=True).items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = decode_offset(start)
+        first_call = self._restart_ends is None
+        marks = self._fetcher.marks(refresh=first_call)
+        if self._target is not None:
+            marks = {
+                tp: Marks(m.low, min(m.high, self._target.get(tp, m.high)))
+                for tp, m in marks.items()
+            }
+        if first_call:
+            self._restart_ends = self._decide_restart(start, begin, marks)
+            self._restart_at = time.monotonic()
+        plan = plan_end(
+            begin,
+            marks,
+            restart_ends=self._restart_ends,
+            fresh_limit=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            catchup_budget=self.options.catchup_budget,
+            chunk_size=self.options.chunk_size,
+            target=self._target,
+        )
+        if plan.restarted and self._wait_for_live(begin, plan.end):
+            return start
+        for problem in plan.losses:
+            if self.options.fail_on_data_loss:
+                raise RuntimeError(problem + " (set failOnDataLoss=false to skip them)")
+            log.warning("%s (failOnDataLoss=false)", problem)
+        for (topic, p), (a, b) in plan.restarted.items():
+            log.info(
+                "%s-%d: restart with %d records of backlog: live records from %d on, backlog"
+                " [%d, %d) read in parallel chunks",
+                topic,
+                p,
+                b - a,
+                b,
+                a,
+                b,
+            )
+        end = encode_offset(plan.end)
+        return start if end == start else end
+
+    def _decide_restart(
+        self,
+        raw_start: dict[str, Any],
+        begin: dict[TopicPartitionKey, PartitionPosition],
+        marks: dict[TopicPartitionKey, Marks],
+    ) -> dict[TopicPartitionKey, int]:
+        """The log ends to skip to, decided once per query run.
+
+        Only a start restored from a checkpoint is a restart: a new query starting at its
+        initial offset reads from there in order, as the user asked with startingOffsets.
+        """
+        if not self.options.catchup_enabled or raw_start == self._initial:
+            return {}
+        return detect_restart(begin, marks, self.options.catchup_threshold)
+
+    def _wait_for_live(
+        self,
+        begin: dict[TopicPartitionKey, PartitionPosition],
+        end: dict[TopicPartitionKey, PartitionPosition],
+    ) -> bool:
+        """Hold back a restart batch that has no live record yet, for a short while.
+
+        The first batch after a restart carries no backlog by design; planned at the very
+        instant of the restart it would usually carry nothing at all, and the first live
+        records would then wait for the next batch, behind backlog work. Waiting briefly lets
+        the first batch carry them. The wait is bounded so that an idle topic's backlog still
+        drains, and skipped under Trigger.AvailableNow, whose live span is fixed already.
+        """
+        if self._target is not None:
+            return False
+        waited = time.monotonic() - self._restart_at
+        if waited >= self.options.first_batch_wait_s:
+            return False
+        return not any(not s.catchup for s in plan_slices(begin, end, self.options.chunk_size))
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        marks = self._fetcher.marks()
+        return encode_offset({tp: PartitionPosition(m.high) for tp, m in marks.items()})
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        slices = plan_slices(decode_offset(start), decode_offset(end), self.options.chunk_size)
+        backlog = [s for s in slices if s.catchup]
+        if backlog:
+            log.info(
+                "batch plan: %d live slice(s), %d backlog chunk(s) of %d records; %d left",
+                len(slices) - len(backlog),
+                len(backlog),
+                sum(s.size for s in backlog),
+                pending_count(decode_offset(end)),
+            )
+        return [KafkaSlicePartition(t) for t in pack_tasks(slices, self.options.chunk_size)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Nothing to do: Kafka is never told (the checkpoint is the truth, as in Spark's own
+        # Kafka source), and this call arrives a batch late anyway.
+        pass
+
+    def stop(self) -> None:
+        self._fetcher.close()
+
+    # -- records (executors) ---------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaSlicePartition), partition
+        return read_slices(partition.slices, self.options)

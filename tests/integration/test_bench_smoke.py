@@ -1,0 +1,102 @@
+"""A bounded run of the benchmark, so that it cannot rot: seconds, a small backlog.
+
+Numbers are not checked (a shared CI machine makes them noise); what is checked is
+that every scenario runs for every consumer, the real backlog was measured from the
+watermarks, no record was lost, and the report and plot come out.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastrebalance._bench import (
+    FAST,
+    LOOPS,
+    PLAIN,
+    VARIANTS,
+    BenchSettings,
+    format_markdown,
+    run_bench,
+    write_plot,
+)
+from fastrebalance.cli import EXIT_OK, EXIT_USAGE, main
+from fastrebalance.testing import KafkaCluster
+
+pytestmark = pytest.mark.integration
+
+# 2,000 records per partition: above the default lag threshold (1,000), so the
+# fastrebalance restart really catches up with a child consumer.
+SMOKE = BenchSettings(
+    backlogs=(8_000,),
+    work_us=(0.0,),
+    reps=1,
+    steady_reps=1,
+    duration_s=1.0,
+    throughput_records=20_000,
+    tail_s=0.2,
+    run_timeout_s=60.0,
+)
+
+
+def test_bench_smoke(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = run_bench(SMOKE, cluster=kafka_cluster, out=lines.append)
+    report = format_markdown(result, "fastrebalance bench (smoke)")
+
+    assert result.ok, report
+    kinds = {(r.asked, r.consumer) for r in result.recovery}
+    assert kinds == {(0, FAST), (8_000, PLAIN), (8_000, FAST)}, report
+    for run in result.recovery:
+        r = run.result
+        assert r.lost == 0 and not r.timed_out, report
+        assert r.backlog_done_s is not None and r.first_fresh_s is not None, report
+        assert r.fresh_records > 0 and r.fresh_p99_s is not None, report
+        assert run.rss_peak_kib >= run.rss_base_kib > 0, report
+        if run.asked:
+            # the log held the whole backlog asked for, and the restart saw at least that
+            assert run.prepared == run.asked, report
+            assert r.backlog >= run.asked, report
+    fast = next(r for r in result.recovery if r.asked and r.consumer == FAST)
+    assert fast.result.child_alive is True, report  # the catch-up really ran
+
+    assert {(t.loop, t.variant) for t in result.throughput} == {
+        (loop, v) for loop in LOOPS for v in VARIANTS
+    }, report
+    assert all(t.records == SMOKE.throughput_records - 1 for t in result.throughput), report
+    assert all(t.per_s > 0 for t in result.throughput), report
+
+    assert "### Recovery" in report and "### Steady state" in report, report
+    assert "Loss check: 0 records lost" in report, report
+
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "latency.png"
+    assert write_plot(result, str(png)) == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--backlogs", "x"],
+        ["bench", "--backlogs", "0"],
+        ["bench", "--work-us", "-1"],
+        ["bench", "--reps", "0"],
+        ["bench", "--scenario", "nope"],
+    ],
+)
+def test_cli_bench_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == EXIT_USAGE
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_benchmarks_script_is_the_cli_command() -> None:
+    script = Path(__file__).parents[2] / "benchmarks" / "run.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "--backlogs" in proc.stdout and "fastrebalance bench" in proc.stdout

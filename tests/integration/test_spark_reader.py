@@ -1,0 +1,110 @@
+"""The Spark source's Kafka half (offset slices, watermarks) on the embedded cluster, no JVM.
+
+Fast checks of what every Spark task relies on: a slice yields exactly its offsets, in the
+column layout Spark's Python data source expects, and gone records are data loss.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from confluent_kafka import Producer
+
+from fastrebalance.spark._kafka import (
+    ARROW_SCHEMA,
+    DataLossError,
+    OffsetFetcher,
+    read_slice,
+)
+from fastrebalance.spark._options import parse_options
+from fastrebalance.spark._plan import Marks, Slice
+
+pytestmark = pytest.mark.integration
+
+
+def _options(bootstrap: str, topic: str, **extra: str):
+    return parse_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "kafka.fetch.wait.max.ms": "10",
+            "kafkaConsumer.pollTimeoutMs": "15000",
+            **extra,
+        }
+    )
+
+
+def _produce(bootstrap: str, topic: str, count: int, partition: int = 0, **conf: object) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    for i in range(count):
+        p.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=partition)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+
+
+def _read(sl: Slice, options) -> list[dict]:
+    rows: list[dict] = []
+    for batch in read_slice(sl, options, batch_rows=100):
+        assert batch.schema.equals(ARROW_SCHEMA)
+        rows.extend(batch.to_pylist())
+    return rows
+
+
+def test_slice_yields_exactly_its_offsets(kafka_cluster, topic_factory) -> None:
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    _produce(bs, topic, 500, partition=1)
+    opts = _options(bs, topic)
+    rows = _read(Slice(topic, 1, 120, 370, True), opts)
+    assert [r["offset"] for r in rows] == list(range(120, 370))
+    first = rows[0]
+    assert (first["key"], first["value"], first["topic"], first["partition"]) == (
+        b"k120",
+        b"v120",
+        topic,
+        1,
+    )
+    assert first["timestampType"] == 0 and first["timestamp"] is not None
+    assert all(r["catchup"] for r in rows)
+    # up to the log end: the read ends on partition EOF, not on a record past the end
+    assert [r["offset"] for r in _read(Slice(topic, 1, 450, 500, False), opts)] == list(
+        range(450, 500)
+    )
+    assert _read(Slice(topic, 1, 5, 5, False), opts) == []
+
+
+def test_fetcher_sees_partitions_and_log_ends(kafka_cluster, topic_factory) -> None:
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(3)
+    _produce(bs, topic, 40, partition=2)
+    fetcher = OffsetFetcher(_options(bs, topic))
+    try:
+        marks = fetcher.marks(refresh=True)
+        assert marks == {(topic, 0): Marks(0, 0), (topic, 1): Marks(0, 0), (topic, 2): Marks(0, 40)}
+        _produce(bs, topic, 1, partition=0)
+        assert fetcher.marks(refresh=True)[(topic, 0)] == Marks(0, 1)
+    finally:
+        fetcher.close()
+
+
+def test_records_deleted_before_reading_are_data_loss(kafka_cluster, topic_factory) -> None:
+    if kafka_cluster.kind != "embedded":
+        pytest.skip("relies on the mock cluster's small per-partition retention")
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    # ~45k uncompressed 100-byte records fit a mock partition: push the first ones out.
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(60_000):
+        p.produce(topic, value=b"x" * 100, partition=0)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    fetcher = OffsetFetcher(_options(bs, topic))
+    low = fetcher.marks(refresh=True)[(topic, 0)].low
+    fetcher.close()
+    assert low > 0
+    sl = Slice(topic, 0, 0, low + 10, True)
+    with pytest.raises(DataLossError, match="deleted"):
+        _read(sl, _options(bs, topic))
+    rows = _read(sl, _options(bs, topic, failOnDataLoss="false"))
+    assert [r["offset"] for r in rows] == list(range(low, low + 10))

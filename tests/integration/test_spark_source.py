@@ -1,0 +1,400 @@
+"""The Spark source end to end: real Spark (local[2]) streaming from the embedded Kafka cluster.
+
+One SparkSession for the whole module (a JVM costs seconds); every query gets its own topic
+and checkpoint. The sink is ``foreachBatch`` into a dict keyed by batch id, so the tests see
+which records each micro-batch held (and a batch Spark replays after a stop overwrites its
+first run instead of counting twice, which is the at-least-once Spark itself promises).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", minversion="4.2")
+pytest.importorskip("pyarrow")
+if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+    pytest.skip("Spark needs a Java runtime", allow_module_level=True)
+
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from fastrebalance.spark import register
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    # Python workers must run this interpreter: it is the one with fastrebalance installed.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("fastrebalance-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@dataclass
+class Row:
+    batch: int
+    task: int
+    partition: int
+    offset: int
+    catchup: bool
+    tag: str
+
+
+class Recorder:
+    """A foreachBatch sink that remembers every batch's rows, by batch id."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[Row]] = {}
+        self.arrived: dict[int, float] = {}
+        self.attempts: dict[int, list[list[Row]]] = {}
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        rows = df.select(
+            F.spark_partition_id().alias("task"),
+            "partition",
+            "offset",
+            "catchup",
+            F.substring_index(F.col("value").cast("string"), "-", 1).alias("tag"),
+        ).collect()
+        got = [Row(batch_id, r.task, r.partition, r.offset, r.catchup, r.tag) for r in rows]
+        self.attempts.setdefault(batch_id, []).append(got)
+        self.batches[batch_id] = got
+        self.arrived.setdefault(batch_id, time.monotonic())
+
+    def rows(self, after: int = -1) -> list[Row]:
+        return [r for b in sorted(self.batches) if b > after for r in self.batches[b]]
+
+    def count(self, tag: str | None = None) -> int:
+        return sum(1 for r in self.rows() if tag is None or r.tag == tag)
+
+
+def produce(bootstrap: str, topic: str, partitions: int, count: int, tag: str) -> None:
+    """``count`` records spread round-robin, values ``<tag>-<i>`` padded to ~100 bytes (lz4)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+    pad = b"." * 90
+    for i in range(count):
+        p.produce(topic, value=f"{tag}-{i}".encode() + pad, partition=i % partitions)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+
+
+class FreshProducer(threading.Thread):
+    """Live traffic: one ``fresh-<i>`` record every few ms until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        self.topic, self.partitions = topic, partitions
+        self.sent = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.producer.produce(
+                self.topic, value=f"fresh-{self.sent}".encode(), partition=self.sent % 4
+            )
+            self.producer.poll(0)
+            self.sent += 1
+            time.sleep(0.004)
+        self.producer.flush(10)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(15)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def reader(spark: SparkSession, bootstrap: str, topic: str, **options: Any) -> DataFrame:
+    r = (
+        spark.readStream.format("fastrebalance")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.fetch.wait.max.ms", "10")
+    )
+    for key, value in options.items():
+        r = r.option(key.replace("_", "."), str(value))
+    return r.load()
+
+
+def assert_each_offset_once(recorder: Recorder, highs: dict[int, int]) -> None:
+    """Every offset of every partition is in exactly one batch: nothing lost, nothing twice."""
+    seen: dict[tuple[int, int], int] = {}
+    for row in recorder.rows():
+        key = (row.partition, row.offset)
+        assert key not in seen, f"{key} in batches {seen[key]} and {row.batch}"
+        seen[key] = row.batch
+    for p, high in highs.items():
+        got = sorted(o for (q, o) in seen if q == p)
+        assert got == list(range(high)), f"partition {p}: {len(got)} of {high} records"
+
+
+def test_end_to_end_parquet_sink_and_admission_control(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Produce, stream to parquet with Trigger.AvailableNow and maxOffsetsPerTrigger; again."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(3)
+    produce(bs, topic, 3, 3000, "old")
+    df = reader(spark, bs, topic, maxOffsetsPerTrigger=1000)
+    output, checkpoint = str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def run() -> None:
+        q = (
+            df.writeStream.format("parquet")
+            .option("path", output)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
+        assert q.exception() is None
+        sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+        assert sizes and max(sizes) <= 1000, f"maxOffsetsPerTrigger not respected: {sizes}"
+
+    run()
+    out = spark.read.parquet(output)
+    assert out.count() == 3000
+    first = out.where("partition = 1 and offset = 0").collect()[0]
+    assert first.value.startswith(b"old-1.") and first.topic == topic
+    assert first.key is None and first.timestampType == 0 and first.timestamp is not None
+    assert out.where("catchup").count() == 0
+    assert [f.name for f in out.schema.fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "catchup",
+    ]  # fmt: skip
+
+    produce(bs, topic, 3, 600, "more")  # a second run continues from the checkpoint
+    run()
+    out = spark.read.parquet(output)
+    assert out.count() == 3600
+    assert out.groupBy("partition", "offset").count().where("count > 1").count() == 0
+
+
+def _restart_scenario(
+    spark: SparkSession,
+    bs: str,
+    topic: str,
+    checkpoint: Path,
+    backlog: int,
+    crash: bool = False,
+    **options: Any,
+) -> tuple[Recorder, int, float]:
+    """Run, stop, pile up ``backlog`` records, restart with live traffic; all delivered.
+
+    With ``crash``, the restarted query is also "crashed" once mid-catch-up: stopped, and the
+    checkpoint rolled back to "batch logged, not committed", so that Spark replays that batch
+    from its logged offsets through a brand-new reader.
+    """
+    recorder = Recorder()
+
+    def start():
+        return (
+            reader(spark, bs, topic, **options)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+
+    produce(bs, topic, 4, 400, "old")
+    q = start()
+    wait_until(lambda: recorder.count() >= 400, 60, "the first 400 records")
+    q.processAllAvailable()  # committed, not just delivered: no replay after the restart
+    q.stop()
+    last_before = max(recorder.batches)
+
+    produce(bs, topic, 4, backlog, "backlog")
+    fresh = FreshProducer(bs, topic, 4)
+    fresh.start()
+    restarted = time.monotonic()
+    q = start()
+    try:
+        if crash:
+            wait_until(lambda: 0 < recorder.count("backlog") < backlog, 60, "catch-up to start")
+            q.stop()
+            replayed = _forget_last_commit(checkpoint, max(recorder.batches))
+            q = start()
+            wait_until(lambda: len(recorder.attempts[replayed]) > 1, 60, "the replayed batch")
+        wait_until(lambda: recorder.count("backlog") >= backlog, 120, "the backlog")
+        more = fresh.sent + 50
+        wait_until(lambda: fresh.sent > more, 30, "live records after the backlog")
+        fresh.stop()
+        wait_until(lambda: recorder.count("fresh") >= fresh.sent, 60, "every live record")
+    finally:
+        fresh.stop()
+        q.stop()
+    assert q.exception() is None
+    highs = {p: 100 + backlog // 4 + len(range(p, fresh.sent, 4)) for p in range(4)}
+    assert_each_offset_once(recorder, highs)
+    return recorder, last_before, restarted
+
+
+def _forget_last_commit(checkpoint: Path, batch: int) -> int:
+    """Make ``batch`` the logged-but-uncommitted one, as a crash inside its sink would."""
+    for folder, first in (("offsets", batch + 1), ("commits", batch)):
+        for f in (checkpoint / folder).iterdir():
+            number = f.name.lstrip(".").removesuffix(".crc")
+            if number.isdigit() and int(number) >= first:
+                f.unlink()
+    return batch
+
+
+def _first_batch_with(rows: list[Row], keep: Callable[[Row], bool]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for r in rows:
+        if keep(r):
+            out[r.partition] = min(out.get(r.partition, r.batch), r.batch)
+    return out
+
+
+def _last_batch_with(rows: list[Row], keep: Callable[[Row], bool]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for r in rows:
+        if keep(r):
+            out[r.partition] = max(out.get(r.partition, r.batch), r.batch)
+    return out
+
+
+CATCHUP = {
+    "catchup_threshold": 1000,
+    "catchup_chunkSize": 2500,
+    "catchup_maxOffsetsPerTrigger": 10_000,
+}
+
+
+def test_restart_with_backlog_reads_fresh_records_first(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    backlog = 40_000
+    recorder, before, restarted = _restart_scenario(
+        spark, bs, topic, tmp_path / "ck", backlog, **CATCHUP
+    )
+    after = [b for b in sorted(recorder.batches) if b > before and recorder.batches[b]]
+    first = recorder.batches[after[0]]
+    # The first batch after the restart: live records, and no backlog work at all.
+    assert any(r.tag == "fresh" for r in first), "no fresh record in the first batch"
+    assert not any(r.catchup for r in first)
+    # The backlog arrives over later batches, as several parallel input partitions.
+    rows = recorder.rows(after=before)
+    backlog_batches = {r.batch for r in rows if r.catchup}
+    assert len(backlog_batches) >= backlog // CATCHUP["catchup_maxOffsetsPerTrigger"]
+    assert min(backlog_batches) > after[0]
+    for b in backlog_batches:
+        chunk_rows = [r for r in recorder.batches[b] if r.catchup]
+        assert len(chunk_rows) <= CATCHUP["catchup_maxOffsetsPerTrigger"]
+    assert (
+        max(len({r.task for r in recorder.batches[b] if r.catchup}) for b in backlog_batches) >= 4
+    )
+    # Per partition, live records are delivered before that partition's backlog is done.
+    first_live = _first_batch_with(rows, lambda r: not r.catchup)
+    last_backlog = _last_batch_with(rows, lambda r: r.tag == "backlog")
+    assert all(first_live[p] < last_backlog[p] for p in range(4)), (first_live, last_backlog)
+    print(
+        f"catch-up: first fresh record {recorder.arrived[after[0]] - restarted:.2f}s after"
+        f" restart; backlog over {len(backlog_batches)} batches"
+    )
+
+
+def test_restart_without_catchup_reads_fresh_records_after_the_backlog(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """The baseline: Spark's usual in-order reading (catch-up off) under the same budget."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    recorder, before, restarted = _restart_scenario(
+        spark, bs, topic, tmp_path / "ck", 40_000,
+        catchup_enabled="false", maxOffsetsPerTrigger=10_000,
+    )  # fmt: skip
+    rows = recorder.rows(after=before)
+    assert not any(r.catchup for r in rows)
+    first_fresh = _first_batch_with(rows, lambda r: r.tag == "fresh")
+    last_backlog = _last_batch_with(rows, lambda r: r.tag == "backlog")
+    assert all(first_fresh[p] >= last_backlog[p] for p in range(4)), (first_fresh, last_backlog)
+    assert len({r.batch for r in rows if r.tag == "backlog"}) >= 4
+    first = min(first_fresh.values())
+    print(f"baseline: first fresh record {recorder.arrived[first] - restarted:.2f}s after restart")
+
+
+def test_available_now_after_restart_drains_the_whole_backlog(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    checkpoint = tmp_path / "ck"
+    recorder = Recorder()
+
+    def run() -> Any:
+        q = (
+            reader(spark, bs, topic, **CATCHUP)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
+        assert q.exception() is None
+        return q
+
+    produce(bs, topic, 2, 200, "old")
+    run()
+    before = max(recorder.batches)
+    produce(bs, topic, 2, 12_000, "backlog")
+    q = run()
+    # the pending ranges show in the query progress, for whoever watches the catch-up
+    ends = [json.loads(p["sources"][0]["endOffset"]) for p in q.recentProgress]
+    assert any(isinstance(e[topic]["0"], list) for e in ends), ends
+    assert_each_offset_once(recorder, {0: 6100, 1: 6100})
+    rows = recorder.rows(after=before)
+    assert {r.catchup for r in rows if r.tag == "backlog"} == {True}
+    # the last offset Spark logged holds no pending range: nothing is left behind
+    logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert logs[-1].read_text().splitlines()[-1] == f'{{"{topic}": {{"0": 6100, "1": 6100}}}}'
+
+
+def test_crash_mid_catchup_replays_the_same_batch_and_loses_nothing(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """After a crash Spark re-plans the logged batch with partitions(start, end) on a new
+    reader: the replay must hold exactly the records of the first attempt (at-least-once,
+    never a different set), and the backlog still left in the offset JSON is not lost."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    recorder, _, _ = _restart_scenario(
+        spark, bs, topic, tmp_path / "ck", 40_000, crash=True, **CATCHUP
+    )
+    replays = {b: runs for b, runs in recorder.attempts.items() if len(runs) > 1}
+    assert replays, "no batch was replayed"
+    for b, runs in replays.items():
+        first, *again = ({(r.partition, r.offset, r.catchup) for r in run} for run in runs)
+        assert all(other == first for other in again), f"batch {b} replayed differently"

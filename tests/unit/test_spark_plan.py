@@ -1,0 +1,455 @@
+"""The Spark source's offset planning, without Spark: codec, budgets, and a whole-life model.
+
+The model runs a query through random produce / batch / restart / crash-and-replan steps and
+checks what the issue promises: every record is delivered, none twice within a batch plan (nor
+at all without a crash), the first batch after a restart carries no backlog, backlog chunks
+and budgets are respected, and re-planning a logged batch gives the same slices.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastrebalance.spark._options import parse_options
+from fastrebalance.spark._plan import (
+    Marks,
+    PartitionPosition,
+    Slice,
+    allocate,
+    decode_offset,
+    detect_restart,
+    encode_offset,
+    offset_json,
+    pack_tasks,
+    pending_count,
+    plan_end,
+    plan_slices,
+)
+
+T = "orders"
+
+
+def pos(next_offset: int, *pending: tuple[int, int]) -> PartitionPosition:
+    return PartitionPosition(next_offset, tuple(pending))
+
+
+# -- the JSON form ---------------------------------------------------------------------------
+def test_encoding_looks_like_spark_kafka_offsets_until_there_is_backlog() -> None:
+    offset = {(T, 1): pos(120, (70, 100), (110, 120)), (T, 0): pos(42), ("a", 10): pos(1)}
+    assert offset_json(offset) == (
+        '{"a": {"10": 1}, "orders": {"0": 42, "1": [120, [70, 100], [110, 120]]}}'
+    )
+    assert decode_offset(json.loads(offset_json(offset))) == offset
+
+
+def test_partition_keys_sort_numerically_so_the_string_is_stable() -> None:
+    offset = {(T, p): pos(p) for p in (10, 2, 1)}
+    assert list(encode_offset(offset)[T]) == ["1", "2", "10"]
+
+
+def _position(extra: int, cuts: list[int]) -> PartitionPosition:
+    ranges = [(a, b) for a, b in zip(cuts[::2], cuts[1::2], strict=False)]
+    return PartitionPosition.of(max(cuts, default=0) + extra, ranges)
+
+
+positions = st.builds(
+    _position, st.integers(0, 1000), st.lists(st.integers(0, 10_000), max_size=8).map(sorted)
+)
+offsets = st.dictionaries(
+    st.tuples(st.sampled_from(["a", "b.c", "t-1"]), st.integers(0, 20)), positions, max_size=6
+)
+
+
+@given(offsets)
+def test_codec_round_trips_to_the_identical_string(offset: dict) -> None:
+    text = offset_json(offset)
+    again = decode_offset(json.loads(text))
+    assert again == offset
+    assert offset_json(again) == text
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        {T: 5},
+        {T: {"x": 1}},
+        {T: {"0": -1}},
+        {T: {"0": True}},
+        {T: {"0": "5"}},
+        {T: {"0": [10, [5, 3]]}},
+        {T: {"0": [10, [0, 5], [3, 8]]}},
+        {T: {"0": [10, [0, 20]]}},
+        {T: {"0": [10, [0]]}},
+        {T: {"0": []}},
+    ],
+)
+def test_decode_rejects_malformed_offsets(bad: object) -> None:
+    with pytest.raises(ValueError):
+        decode_offset(bad)  # type: ignore[arg-type]
+
+
+# -- budgets ---------------------------------------------------------------------------------
+@given(
+    st.dictionaries(st.tuples(st.just(T), st.integers(0, 9)), st.integers(-5, 1000)),
+    st.one_of(st.none(), st.integers(0, 3000)),
+)
+def test_allocate_is_exact_and_never_over_a_partitions_lag(lags: dict, limit: int | None) -> None:
+    got = allocate(lags, limit)
+    total = sum(max(v, 0) for v in lags.values())
+    assert set(got) == set(lags)
+    assert sum(got.values()) == (total if limit is None else min(limit, total))
+    assert all(0 <= got[tp] <= max(lags[tp], 0) for tp in lags)
+
+
+def test_backlog_is_drained_in_chunks_round_robin_under_the_budget() -> None:
+    start = {(T, 0): pos(1000, (0, 1000)), (T, 1): pos(1000, (0, 300))}
+    marks = {(T, 0): Marks(0, 1000), (T, 1): Marks(0, 1000)}
+    plan = plan_end(start, marks, catchup_budget=700, chunk_size=200)
+    assert plan.end == {(T, 0): pos(1000, (400, 1000)), (T, 1): pos(1000)}
+    slices = plan_slices(start, plan.end, chunk_size=200)
+    assert slices == [
+        Slice(T, 0, 0, 200, True),
+        Slice(T, 0, 200, 400, True),
+        Slice(T, 1, 0, 200, True),
+        Slice(T, 1, 200, 300, True),
+    ]
+
+
+def test_small_live_spans_share_a_task_backlog_chunks_do_not() -> None:
+    live = [Slice(T, p, 0, n, False) for p, n in enumerate([5, 7, 990, 3])]
+    chunks = [Slice(T, 0, 0, 1000, True), Slice(T, 1, 0, 400, True)]
+    assert pack_tasks(chunks[:1] + live + chunks[1:], 1000) == [
+        (live[0], live[1]),
+        (live[2], live[3]),
+        (chunks[0],),
+        (chunks[1],),
+    ]
+    assert pack_tasks([], 10) == []
+
+
+def test_a_budget_below_one_chunk_per_partition_still_reaches_every_partition() -> None:
+    offset = {(T, p): pos(1000, (0, 1000)) for p in range(4)}
+    marks = {(T, p): Marks(0, 1000) for p in range(4)}
+    for _ in range(4):  # 4 batches of 2 chunks: every partition got 2 of its 5
+        offset = plan_end(offset, marks, catchup_budget=400, chunk_size=200).end
+    assert [pending_count({tp: offset[tp]}) for tp in sorted(offset)] == [600] * 4
+
+
+def test_restart_skips_the_backlog_and_the_first_batch_is_live_only() -> None:
+    start = {(T, 0): pos(70), (T, 1): pos(500)}
+    marks = {(T, 0): Marks(0, 5000), (T, 1): Marks(0, 520)}
+    ends = detect_restart(start, marks, threshold=100)
+    assert ends == {(T, 0): 5000}  # partition 1 lags 20: replayed in order
+    first = plan_end(start, marks, restart_ends=ends)
+    assert first.restarted == {(T, 0): (70, 5000)}
+    assert first.end == {(T, 0): pos(5000, (70, 5000)), (T, 1): pos(520)}
+    assert not [s for s in plan_slices(start, first.end, 1000) if s.catchup]
+
+    marks = {(T, 0): Marks(0, 5100), (T, 1): Marks(0, 530)}
+    second = plan_end(first.end, marks, restart_ends=ends, catchup_budget=2000, chunk_size=1000)
+    slices = plan_slices(first.end, second.end, 1000)
+    assert slices[:2] == [Slice(T, 0, 5000, 5100, False), Slice(T, 1, 520, 530, False)]
+    assert [(s.start, s.end) for s in slices if s.catchup] == [(70, 1070), (1070, 2070)]
+    assert pending_count(second.end) == 4930 - 2000
+
+
+def test_replanning_from_the_same_logged_start_skips_to_the_same_point() -> None:
+    start = {(T, 0): pos(0)}
+    ends = detect_restart(start, {(T, 0): Marks(0, 1000)}, threshold=10)
+    later = {(T, 0): Marks(0, 1500)}  # Spark asked again, after more records arrived
+    assert plan_end(start, later, restart_ends=ends).end == {(T, 0): pos(1500, (0, 1000))}
+
+
+def test_fresh_limit_caps_live_records_not_backlog() -> None:
+    start = {(T, 0): pos(100, (0, 100)), (T, 1): pos(100)}
+    marks = {(T, 0): Marks(0, 400), (T, 1): Marks(0, 200)}
+    plan = plan_end(start, marks, fresh_limit=120, catchup_budget=50, chunk_size=50)
+    # lags 300 and 100 share the 120 in proportion; the backlog has its own budget of 50
+    assert plan.end == {(T, 0): pos(190, (50, 100)), (T, 1): pos(130)}
+
+
+def test_available_now_target_caps_the_live_span_but_drains_all_backlog() -> None:
+    start = {(T, 0): pos(100, (0, 100))}
+    marks = {(T, 0): Marks(0, 900)}
+    plan = plan_end(start, marks, target={(T, 0): 300}, catchup_budget=100, chunk_size=100)
+    assert plan.end == {(T, 0): pos(300)}
+    assert plan_end(plan.end, marks, target={(T, 0): 300}).end == plan.end
+
+
+def test_new_partition_is_added_at_its_first_offset_and_read_from_the_next_batch() -> None:
+    start = {(T, 0): pos(10)}
+    marks = {(T, 0): Marks(0, 10), (T, 1): Marks(5, 50)}
+    end = plan_end(start, marks).end
+    assert end[(T, 1)] == pos(5)
+    assert plan_slices(start, end, 100) == []
+    assert plan_slices(end, plan_end(end, marks).end, 100) == [Slice(T, 1, 5, 50, False)]
+
+
+def test_retention_and_truncation_are_reported_as_losses() -> None:
+    start = {(T, 0): pos(500, (100, 300)), (T, 1): pos(800)}
+    marks = {(T, 0): Marks(200, 600), (T, 1): Marks(0, 50)}
+    plan = plan_end(start, marks)
+    assert len(plan.losses) == 2
+    assert "[100, 200)" in plan.losses[0] and "log end 50" in plan.losses[1]
+    assert plan.end[(T, 0)] == pos(600)  # [200, 300) drained in this batch
+    assert plan.end[(T, 1)] == pos(50)
+
+
+def test_nothing_new_gives_back_an_equal_offset() -> None:
+    start = {(T, 0): pos(10), (T, 1): pos(7)}
+    marks = {(T, 0): Marks(0, 10), (T, 1): Marks(0, 7)}
+    assert offset_json(plan_end(start, marks).end) == offset_json(start)
+
+
+# -- the whole life of a query, as a model ------------------------------------------------------
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("produce"), st.integers(0, 2), st.integers(1, 400)),
+        st.tuples(st.just("batch"), st.one_of(st.none(), st.integers(1, 300))),
+        st.tuples(st.just("restart"), st.integers(0, 200)),
+        st.tuples(st.just("crash_mid_batch"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps,
+    st.integers(1, 150),
+    st.integers(1, 400),
+    st.booleans(),
+)
+def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
+    script: list, chunk: int, budget: int, catchup: bool
+) -> None:
+    parts = [(T, 0), (T, 1), (T, 2)]
+    high = dict.fromkeys(parts, 0)
+    offset = {tp: pos(0) for tp in parts}  # committed: the last logged end
+    delivered: dict[tuple[str, int], list[int]] = {tp: [] for tp in parts}
+    restart_ends: dict = {}
+
+    def run_batch(fresh_limit: int | None, *, deliver: bool) -> None:
+        nonlocal offset
+        marks = {tp: Marks(0, high[tp]) for tp in parts}
+        plan = plan_end(
+            offset,
+            marks,
+            restart_ends=restart_ends,
+            fresh_limit=fresh_limit,
+            catchup_budget=budget,
+            chunk_size=chunk,
+        )
+        assert (
+            plan_end(
+                offset,
+                marks,
+                restart_ends=restart_ends,
+                fresh_limit=fresh_limit,
+                catchup_budget=budget,
+                chunk_size=chunk,
+            ).end
+            == plan.end
+        )
+        slices = plan_slices(offset, plan.end, chunk)
+        assert slices == plan_slices(offset, plan.end, chunk)  # pure: Spark may re-plan
+        seen: set[tuple[tuple[str, int], int]] = set()
+        for s in slices:
+            assert 0 <= s.start < s.end <= high[(s.topic, s.partition)]
+            for o in range(s.start, s.end):
+                assert ((s.topic, s.partition), o) not in seen, "read twice in one batch"
+                seen.add(((s.topic, s.partition), o))
+        backlog = [s for s in slices if s.catchup]
+        assert all(s.size <= chunk for s in backlog)
+        assert sum(s.size for s in backlog) <= budget
+        if plan.restarted:
+            assert not backlog, "the first batch after a restart carries backlog"
+        if fresh_limit is not None:
+            assert sum(s.size for s in slices if not s.catchup) <= fresh_limit
+        if deliver:
+            for s in slices:
+                delivered[(s.topic, s.partition)].extend(range(s.start, s.end))
+            offset = decode_offset(json.loads(offset_json(plan.end)))
+
+    for step in script:
+        if step[0] == "produce":
+            high[parts[step[1]]] += step[2]
+        elif step[0] == "batch":
+            run_batch(step[1], deliver=True)
+        elif step[0] == "restart":
+            marks = {tp: Marks(0, high[tp]) for tp in parts}
+            restart_ends = detect_restart(offset, marks, step[1]) if catchup else {}
+        else:  # planned, logged, crashed before delivery: Spark re-plans the same batch later
+            run_batch(None, deliver=False)
+
+    for _ in range(2000):
+        before = offset
+        run_batch(None, deliver=True)
+        if offset == before:
+            break
+    for tp in parts:
+        assert sorted(delivered[tp]) == list(range(high[tp])), "lost or duplicated records"
+    assert pending_count(offset) == 0
+
+
+# -- options -----------------------------------------------------------------------------------
+def test_options_follow_spark_names_case_insensitively() -> None:
+    opts = parse_options(
+        {
+            "kafka.bootstrap.servers": "h:9092",
+            "subscribe": "a, b",
+            "maxoffsetspertrigger": "500",
+            "catchup.chunksize": "7",
+            "kafka.fetch.wait.max.ms": "10",
+            "startingOffsets": '{"a": {"0": -2}, "b": {"0": 5}}',
+        }
+    )
+    assert opts.topics == ("a", "b")
+    assert opts.max_offsets_per_trigger == 500
+    assert opts.chunk_size == 7
+    assert opts.starting.specific == {("a", 0): -2, ("b", 0): 5}
+    conf = opts.consumer_config("executor")
+    assert conf["fetch.wait.max.ms"] == "10" and conf["enable.auto.commit"] is False
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"kafka.auto.offset.reset": "latest"}, "startingOffsets"),
+        ({"catchup.threshold": "-1"}, "catchup.threshold"),
+        ({"maxOffsetsPerTrigger": "lots"}, "maxOffsetsPerTrigger"),
+        ({"catchup.enabled": "yes"}, "catchup.enabled"),
+        ({"startingOffsets": "soon"}, "startingOffsets"),
+        ({"startingOffsets": '{"zzz": {"0": 1}}'}, "zzz"),
+        ({"subscribePattern": "o.*"}, "subscribe"),
+    ],
+)
+def test_bad_options_name_the_option(extra: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "orders", **extra})
+
+
+def test_required_options() -> None:
+    with pytest.raises(ValueError, match=r"kafka\.bootstrap\.servers"):
+        parse_options({"subscribe": "x"})
+    with pytest.raises(ValueError, match="subscribe"):
+        parse_options({"kafka.bootstrap.servers": "h:1"})
+
+
+# -- the reader's per-run logic, with a fake Kafka (needs pyspark only to import) --------------
+class FakeFetcher:
+    def __init__(self, highs: dict[int, int]) -> None:
+        self.highs = highs
+
+    def marks(self, refresh: bool = False) -> dict:
+        return {(T, p): Marks(0, h) for p, h in self.highs.items()}
+
+    def close(self) -> None:
+        pass
+
+
+def make_reader(highs: dict[int, int], **extra: str):
+    pytest.importorskip("pyspark", minversion="4.2")
+    from fastrebalance.spark._source import FastRebalanceStreamReader
+
+    options = {"kafka.bootstrap.servers": "h:1", "subscribe": T, "catchup.threshold": "100"}
+    reader = FastRebalanceStreamReader(parse_options({**options, **extra}))
+    fetcher = FakeFetcher(highs)
+    reader._fetcher = fetcher  # type: ignore[assignment]
+    return reader, fetcher
+
+
+def all_rows():
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    return ReadAllAvailable()
+
+
+def test_reader_restart_waits_for_a_live_record_then_plans_live_only() -> None:
+    reader, kafka = make_reader({0: 1000})
+    start = {T: {"0": 0}}  # restored from a checkpoint: this reader never served it
+    assert reader.latestOffset(start, all_rows()) is start  # nothing live yet: no batch
+    kafka.highs[0] = 1010
+    end = reader.latestOffset(start, all_rows())
+    assert end == {T: {"0": [1010, [0, 1000]]}}
+    (task,) = reader.partitions(start, end)
+    assert task.slices == (Slice(T, 0, 1000, 1010, False),)
+    # the next batch drains backlog, in chunks, under the budget
+    nxt = reader.latestOffset(end, all_rows())
+    chunks = [s for t in reader.partitions(end, nxt) for s in t.slices if s.catchup]
+    assert [(s.start, s.end) for s in chunks] == [(0, 1000)]
+
+
+def test_reader_restart_without_live_records_goes_ahead_after_the_wait() -> None:
+    reader, _ = make_reader({0: 1000}, **{"catchup.firstBatchWaitMs": "0"})
+    start = {T: {"0": 0}}
+    assert reader.latestOffset(start, all_rows()) == {T: {"0": [1000, [0, 1000]]}}
+
+
+def test_reader_new_query_reads_in_order_from_its_starting_offsets() -> None:
+    reader, _ = make_reader({0: 1000}, startingOffsets="earliest")
+    start = reader.initialOffset()
+    assert start == {T: {"0": 0}}
+    assert reader.latestOffset(start, all_rows()) == {T: {"0": 1000}}
+
+
+def test_reader_available_now_stops_at_the_target_after_draining() -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    reader, kafka = make_reader({0: 500}, **{"catchup.maxOffsetsPerTrigger": "200"})
+    reader.prepareForTriggerAvailableNow()
+    kafka.highs[0] = 900  # arrives after the target: not part of this run
+    offset: dict = {T: {"0": [500, [0, 300]]}}
+    seen = []
+    for _ in range(10):
+        end = reader.latestOffset(offset, ReadMaxRows(50))
+        if end == offset:
+            break
+        seen += [s for t in reader.partitions(offset, end) for s in t.slices]
+        offset = end
+    assert offset == {T: {"0": 500}}
+    assert sum(s.size for s in seen) == 300 and max(s.end for s in seen) == 300
+
+
+def test_reader_default_read_limit_and_pickling() -> None:
+    import pickle
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    reader, _ = make_reader({0: 1}, maxOffsetsPerTrigger="70")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(70)
+    assert make_reader({0: 1})[0].getDefaultReadLimit() == ReadAllAvailable()
+    clone = pickle.loads(pickle.dumps(reader))  # what Spark ships to executors
+    assert clone.options == reader.options and clone._restart_ends is None
+
+
+def test_every_option_is_documented_with_its_default() -> None:
+    import re
+    from pathlib import Path
+
+    from fastrebalance.spark._options import OPTIONS
+
+    text = (Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    rows = {
+        m.group(1): m.group(2).strip().strip("`")
+        for m in re.finditer(r"^\| `([^`]+)` \|([^|]*)\|", text, re.MULTILINE)
+    }
+    for key, (default, _meaning) in OPTIONS.items():
+        assert key in rows, f"option {key} missing from docs/spark.md"
+        assert rows[key] == default, f"{key}: documented {rows[key]!r}, code {default!r}"
+
+
+def test_arrow_batches_match_the_declared_spark_schema() -> None:
+    pytest.importorskip("pyspark", minversion="4.2")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from fastrebalance.spark._kafka import ARROW_SCHEMA
+    from fastrebalance.spark._source import SCHEMA
+
+    # Spark rejects a batch whose schema differs, in the executor, at the first record
+    assert to_arrow_schema(SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
