@@ -748,13 +748,18 @@ class Consumer:
         if asynchronous:
             self._primary.commit(offsets=offsets, asynchronous=True)
             return None
-        return call_bounded(
-            lambda: call_with_retries(
+        def commit() -> list[TopicPartition] | None:
+            return call_with_retries(
                 lambda: self._primary.commit(offsets=offsets, asynchronous=False)
-            ),
-            self._commit_timeout_s,
-            "commit",
-        )
+            )
+
+        if self._in_rebalance:
+            # librdkafka is serving this handle's rebalance on this very thread: a commit
+            # from another thread is not answered until the callback returns (measured:
+            # close() stalled for the whole timeout). The caller (poll() or close()) is
+            # bounded already.
+            return commit()
+        return call_bounded(commit, self._commit_timeout_s, "commit")
 
     def _group_offset(self, key: Key) -> TopicPartition | None:
         st = self._states[key]

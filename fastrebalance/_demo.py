@@ -183,6 +183,9 @@ def _crash(
 
 
 # ------------------------------------------------------------------ the demo
+_BAR = 30  # progress bar width, characters
+
+
 def _quiet(_line: str) -> None:
     pass
 
@@ -322,7 +325,15 @@ def run_demo(
         def make_fast(conf: dict[str, Any]) -> FastConsumer:
             return FastConsumer({**conf, "enable.parallel.rebalance": True})
 
-        fast = measure_restart("fastrebalance", make_fast, group=fast_group, **common)
+        def bar(elapsed: float, done: int, total: int, first_fresh: float | None) -> None:
+            filled = _BAR * done // total if total else _BAR
+            fresh_at = "waiting" if first_fresh is None else f"first after {first_fresh:.2f} s"
+            emit(
+                f"{_INDENT}{elapsed:5.1f} s  backlog [{'#' * filled}{'.' * (_BAR - filled)}]"
+                f" {done:,}/{total:,}  fresh records: {fresh_at}"
+            )
+
+        fast = measure_restart("fastrebalance", make_fast, group=fast_group, progress=bar, **common)
         say(_INDENT + _run_summary(fast))
 
         fresh.stop()

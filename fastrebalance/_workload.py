@@ -332,6 +332,7 @@ def measure_restart(
     run_timeout_s: float,
     window_s: float | None = None,
     keep_samples: bool = False,
+    progress: Callable[[float, int, int, float | None], None] | None = None,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -343,6 +344,9 @@ def measure_restart(
     ``window_s`` limits the fresh-latency statistics to records produced within that
     many seconds of the restart, so that runs of different lengths (a plain replay of
     a million records takes far longer than fastrebalance) compare the same records.
+
+    ``progress(elapsed_s, backlog_delivered, backlog, first_fresh_s)`` is called about
+    twice a second, for a live display; it must be cheap.
     """
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
@@ -371,6 +375,7 @@ def measure_restart(
     timed_out = False
     child_alive: bool | None = None
 
+    next_progress = 0.0
     restart_wall = time.time()
     window_end = float("inf") if window_s is None else restart_wall + window_s
     t0 = time.monotonic()
@@ -422,6 +427,9 @@ def measure_restart(
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0
+            if progress is not None and elapsed >= next_progress:
+                next_progress = elapsed + 0.5
+                progress(elapsed, backlog - backlog_left, backlog, first_fresh_s)
             if (
                 backlog_done_s is not None
                 and elapsed >= backlog_done_s + tail_s

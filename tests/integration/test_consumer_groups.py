@@ -142,3 +142,24 @@ def test_partition_moves_to_another_member_mid_catchup(
     missing = [(p, o) for p in (0, 1) for o in range(40050) if (p, o) not in got]
     assert not missing, missing[:10]
     assert delivered["second"], "the second member took over a partition"
+
+
+@pytest.mark.parametrize("protocol", ["eager-range", "kip848-consumer"])
+def test_close_commits_on_revoke_promptly(kafka_cluster, topic_factory, unique_group, protocol):
+    """Auto-commit's last commit happens inside close()'s revoke callback: it must land,
+    and close() must not wait for a timeout to do it."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    for p in (0, 1):
+        produce(bs, topic, 1000, partition=p)
+    conf = {**_conf(bs, unique_group, protocol), "enable.auto.commit": True}
+    c = Consumer(conf)
+    c.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 2000:
+        assert time.monotonic() < deadline, got
+        got += len([m for m in c.consume(500, 0.2) if m.error() is None])
+    began = time.monotonic()
+    c.close()
+    assert time.monotonic() - began < 10
+    assert group_offsets(bs, unique_group, topic, 2) == [1000, 1000]
