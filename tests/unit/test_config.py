@@ -318,14 +318,15 @@ def test_child_config_default_client_id_and_custom_group() -> None:
     assert "client.id" not in primary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with the mode on, split_config() replaces enable.auto.commit before librdkafka "
-    "sees it, and _librdkafka_bool() reads any unknown string as false: a plain "
-    "confluent-kafka Consumer raises KafkaException (Expected bool value for "
-    "enable.auto.commit) for the same config",
-)
 @pytest.mark.parametrize("value", ["maybe", "ture", ""])
 def test_invalid_enable_auto_commit_is_rejected_as_confluent_kafka_does(value: str) -> None:
     with pytest.raises((ValueError, KafkaException), match=r"enable\.auto\.commit"):
         split_config(enabled(**{"enable.auto.commit": value}))
+
+
+def test_child_fetch_queue_backoff_defaults_short_but_user_value_wins() -> None:
+    settings_, primary = split_config(enabled())
+    assert child_config(primary, settings_)["fetch.queue.backoff.ms"] == 10
+    settings_, primary = split_config(enabled(**{"fetch.queue.backoff.ms": 500}))
+    assert child_config(primary, settings_)["fetch.queue.backoff.ms"] == 500
+    assert primary["fetch.queue.backoff.ms"] == 500  # the primary keeps the user's value

@@ -30,6 +30,7 @@ CHILD_OWNED = {
     "enable.auto.offset.store",
     "auto.offset.reset",
     "enable.partition.eof",
+    "fetch.queue.backoff.ms",
 }
 #: The group-membership keys the child drops (plus on_commit: the user's callback must not
 #: receive the child's commits).
