@@ -281,6 +281,7 @@ class WorkerRun:
     dying: bool = False  #: the worker announced its own SIGKILL
     up: bool = False  #: it announced it was started (its signal handlers are installed)
     sigterm_sent: bool = False
+    reader: threading.Thread | None = None  #: reads its events until its stdout closes
 
     @property
     def name(self) -> str:
@@ -331,7 +332,8 @@ class Fleet:
         with self.lock:
             self.runs.append(run)
             self.current[slot] = run
-        threading.Thread(target=self._read, args=(run,), daemon=True).start()
+        run.reader = threading.Thread(target=self._read, args=(run,), daemon=True)
+        run.reader.start()
         return run
 
     def _read(self, run: WorkerRun) -> None:
@@ -523,6 +525,13 @@ class FaultInjector:
             if r.armed is None:
                 continue
             if r.proc.poll() is not None:
+                if r.ending is not None:
+                    # another fault picked it and ended it: that fault restarts it
+                    r.armed = None
+                    continue
+                if r.reader is not None:
+                    # its last events (the "dying" announcement) may still be in the pipe
+                    r.reader.join(timeout=5.0)
                 if not (r.dying and r.proc.returncode == -signal.SIGKILL):
                     tail = r.stderr.read_text()[-3000:]
                     self.fleet.deaths.append(
