@@ -383,7 +383,10 @@ class Child:
 
     # -- the child's commit log -----------------------------------------------
     def commit(
-        self, checkpoints: dict[Key, ChildCheckpoint], asynchronous: bool
+        self,
+        checkpoints: dict[Key, ChildCheckpoint],
+        asynchronous: bool,
+        timeout_s: float | None = None,
     ) -> list[TopicPartition] | None:
         offsets = [
             TopicPartition(k[0], k[1], cp.offset, metadata=encode_child_checkpoint(cp))
@@ -394,7 +397,7 @@ class Child:
             return handle.commit(offsets=offsets, asynchronous=True)
         return call_bounded(
             lambda: call_with_retries(lambda: handle.commit(offsets=offsets, asynchronous=False)),
-            self._commit_timeout,
+            self._commit_timeout if timeout_s is None else timeout_s,
             "child checkpoint commit",
         )
 

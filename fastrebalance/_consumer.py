@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
     KafkaError,
@@ -38,13 +40,14 @@ from confluent_kafka import Consumer as _RdConsumer
 from ._child import Child, ChildState, call_bounded
 from ._config import ParallelConfig, child_config, split_config
 from ._ranges import RangeSet
-from ._retry import call_with_retries
+from ._retry import Budget, call_with_retries
 from ._state import PartitionState, plan_assignment, restore
 from ._token import TokenTooLargeError, encode_group_token
 
 __all__ = ["CatchupStatus", "Consumer"]
 
 log = logging.getLogger("fastrebalance.consumer")
+_monotonic = time.monotonic  # a global lookup, not an attribute one, on the hot path
 
 Key = tuple[str, int]
 RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
@@ -59,6 +62,9 @@ _SLICE_S = 0.01
 _IDLE_SLICE_S = 0.2
 #: Broker round trips made on the user's behalf (committed offsets, watermarks).
 _REQUEST_TIMEOUT_S = 10.0
+#: All the round trips that plan one assignment (both commit logs, the watermarks) share
+#: this: they run inside a rebalance callback, so they hold the user's poll().
+_PLAN_BUDGET_S = 30.0
 
 #: Errors meaning the partition does not exist (any more).
 _UNKNOWN = (
@@ -99,6 +105,13 @@ def _socket_timeout_s(conf: dict[str, Any]) -> float:
         return max(int(conf.get("socket.timeout.ms", 60000)), 10) / 1000.0
     except (TypeError, ValueError):  # librdkafka has already rejected such a value
         return 60.0
+
+
+def _rest(timeout: float | None, since: float) -> float | None:
+    """What is left of a poll()/consume() timeout that started at ``since``."""
+    if timeout is None or timeout < 0:
+        return None  # wait forever, as confluent-kafka does
+    return max(timeout - (_monotonic() - since), 0.0)
 
 
 def _key(tp: TopicPartition) -> Key:
@@ -161,6 +174,8 @@ class Consumer:
         self._assigned_in_callback = False
         self._subscribed = False
         self._fair = 0
+        # The child's partitions being read (its own dict, shared): empty in steady state.
+        self._reading = self._child._cursors
         self._auto_due = (
             time.monotonic() + self._settings.auto_commit_interval_s
             if self._settings.auto_commit
@@ -347,6 +362,7 @@ class Consumer:
             for tp in partitions:
                 self._prepared[_key(tp)] = PartitionState(None, RangeSet(), None)
             return [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in partitions]
+        budget = Budget(_PLAN_BUDGET_S)
         todo = [tp for tp in partitions if tp.offset in (OFFSET_INVALID, OFFSET_STORED)]
         out = []
         committed: dict[Key, TopicPartition] = {}
@@ -355,8 +371,9 @@ class Consumer:
                 got = call_with_retries(
                     lambda: self._primary.committed(
                         [TopicPartition(tp.topic, tp.partition) for tp in todo],
-                        timeout=_REQUEST_TIMEOUT_S,
-                    )
+                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
+                    ),
+                    max_seconds=budget.remaining(),
                 )
                 committed = {_key(tp): tp for tp in got}
             except KafkaException as exc:
@@ -371,18 +388,19 @@ class Consumer:
             try:
                 raw = call_with_retries(
                     lambda: self._child.handle().committed(
-                        [TopicPartition(*k) for k in needs_child_log], timeout=_REQUEST_TIMEOUT_S
-                    )
+                        [TopicPartition(*k) for k in needs_child_log],
+                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
+                    ),
+                    max_seconds=budget.remaining(),
                 )
                 checkpoints = {_key(tp): tp for tp in raw}
             except KafkaException as exc:
                 log.warning("cannot read the child's commit log; backlog re-read: %s", exc)
+        restored_by_key = {}
         for tp in partitions:
             key = _key(tp)
             g = committed.get(key)
             if g is None:
-                self._prepared[key] = PartitionState(None, RangeSet(), None)
-                out.append(TopicPartition(tp.topic, tp.partition, tp.offset))
                 continue
             c = checkpoints.get(key)
             restored = restore(
@@ -400,21 +418,84 @@ class Consumer:
                     key[1],
                     g.offset,
                 )
-            start, state = self._plan_one(key, restored)
+            restored_by_key[key] = restored
+        watermarks = self._watermarks(
+            [k for k, r in restored_by_key.items() if r.position is not None], budget
+        )
+        for tp in partitions:
+            key = _key(tp)
+            if key not in restored_by_key:
+                self._prepared[key] = PartitionState(None, RangeSet(), None)
+                out.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+                continue
+            start, state = self._plan_one(key, restored_by_key[key], watermarks.get(key))
             self._prepared[key] = state
             out.append(TopicPartition(tp.topic, tp.partition, start))
         return out
 
-    def _plan_one(self, key: Key, restored: Any) -> tuple[int, PartitionState]:
+    def _watermarks(
+        self, keys: list[Key], budget: Budget
+    ) -> dict[Key, tuple[int, int] | KafkaException]:
+        """Both ends of every partition's log: two round trips for the whole assignment.
+
+        ``get_watermark_offsets`` asks per partition, so planning a large assignment cost
+        one broker round trip per partition inside the rebalance callback. A ListOffsets
+        for the earliest and the latest offsets of all partitions at once answers the same
+        question; a partition it has no answer for is asked again on its own, so a
+        per-partition error (unknown partition, leader moving) is retried and reported
+        exactly as before.
+        """
+        out: dict[Key, tuple[int, int] | KafkaException] = {}
+        if not keys:
+            return out
+        ends: dict[Key, list[int]] = {k: [] for k in keys}
+        spent = KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"planning took its whole {_PLAN_BUDGET_S:g}s")
+        )
+        try:
+            for which in (OFFSET_BEGINNING, OFFSET_END):
+                got = call_with_retries(
+                    lambda which=which: self._primary.offsets_for_times(
+                        [TopicPartition(k[0], k[1], which) for k in keys],
+                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
+                    ),
+                    max_seconds=budget.remaining(),
+                )
+                for tp in got:
+                    if tp.error is None and tp.offset >= 0 and _key(tp) in ends:
+                        ends[_key(tp)].append(tp.offset)
+        except KafkaException as exc:
+            log.debug("batched watermarks failed (%s): asking per partition", exc)
+        for key in keys:
+            pair = ends[key]
+            if len(pair) == 2:
+                out[key] = (pair[0], pair[1])
+                continue
+            if budget.remaining() == 0:
+                out[key] = spent
+                continue
+            try:
+                out[key] = call_with_retries(
+                    lambda key=key: self._primary.get_watermark_offsets(
+                        TopicPartition(*key),
+                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
+                        cached=False,
+                    ),
+                    max_seconds=budget.remaining(),
+                )
+            except KafkaException as exc:
+                out[key] = exc
+        return out
+
+    def _plan_one(
+        self, key: Key, restored: Any, watermarks: tuple[int, int] | KafkaException | None
+    ) -> tuple[int, PartitionState]:
         if restored.position is None:
             return OFFSET_INVALID, PartitionState(None, RangeSet(), None)
-        try:
-            low, high = call_with_retries(
-                lambda: self._primary.get_watermark_offsets(
-                    TopicPartition(*key), timeout=_REQUEST_TIMEOUT_S, cached=False
-                )
-            )
-        except KafkaException as exc:
+        if isinstance(watermarks, tuple):
+            low, high = watermarks
+        else:
+            exc = watermarks or KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer"))
             log.warning("%s [%d]: no watermarks (%s): resuming without a new catch-up", *key, exc)
             low, high = 0, restored.position
             if restored.ranges and exc.args[0].code() in _UNKNOWN:
@@ -519,14 +600,19 @@ class Consumer:
     # -------------------------------------------------------------- reading
     def poll(self, timeout: float | None = None) -> Message | None:
         """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog."""
-        if (
-            self._child._cursors  # type: ignore[union-attr]
-            or timeout is None
-            or not 0 <= timeout <= _IDLE_SLICE_S
-            or time.monotonic() >= self._auto_due
-        ):
+        # The hot path: no range being read and no auto-commit due, which is every call
+        # in steady state. It is the primary's own poll() behind two checks; a long wait
+        # is cut into _IDLE_SLICE_S slices (a rebalance inside one may start a catch-up,
+        # whose records must not wait for the rest of the user's timeout).
+        now = _monotonic()
+        if self._reading or now >= self._auto_due:
             return self._poll_slow(timeout)
-        return self._primary.poll(timeout)
+        if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
+            return self._primary.poll(timeout)
+        m = self._primary.poll(_IDLE_SLICE_S)
+        if m is not None:
+            return m
+        return self._poll_slow(_rest(timeout, now))
 
     def _poll_slow(self, timeout: float | None) -> Message | None:
         child = self._child
@@ -567,14 +653,17 @@ class Consumer:
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         """Up to ``num_messages`` records, fresh first, at least 1/CHILD_SHARE of a
         full batch from the backlog while it has records."""
-        if (
-            self._child._cursors  # type: ignore[union-attr]
-            or timeout is None
-            or not 0 <= timeout <= _IDLE_SLICE_S
-            or time.monotonic() >= self._auto_due
-        ):
+        # The hot path, as in poll(): a batch is returned when it is full or a slice ends
+        # with records in it, as the slow path does.
+        now = _monotonic()
+        if self._reading or now >= self._auto_due:
             return self._consume_slow(num_messages, timeout)
-        return self._primary.consume(num_messages, timeout)
+        if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
+            return self._primary.consume(num_messages, timeout)
+        msgs = self._primary.consume(num_messages, _IDLE_SLICE_S)
+        if msgs:
+            return msgs
+        return self._consume_slow(num_messages, _rest(timeout, now))
 
     def _consume_slow(self, num: int, timeout: float | None) -> list[Message]:
         child = self._child
@@ -734,9 +823,13 @@ class Consumer:
                 checkpoints[key] = cp
             if key not in touched:
                 touched.append(key)
+        # One budget for both logs: a synchronous commit() returns within socket.timeout.ms
+        # (and a second at most: the group commit, which carries the same progress in its
+        # token, is always tried).
+        budget = Budget(self._commit_timeout_s)
         if checkpoints:
             try:
-                self._child.commit(checkpoints, asynchronous)
+                self._child.commit(checkpoints, asynchronous, timeout_s=budget.remaining())
             except KafkaException as exc:
                 # The group commit below carries the same progress in its token.
                 log.warning("child checkpoint commit failed: %s", exc)
@@ -748,6 +841,7 @@ class Consumer:
         if asynchronous:
             self._primary.commit(offsets=offsets, asynchronous=True)
             return None
+
         def commit() -> list[TopicPartition] | None:
             return call_with_retries(
                 lambda: self._primary.commit(offsets=offsets, asynchronous=False)
@@ -759,7 +853,9 @@ class Consumer:
             # close() stalled for the whole timeout). The caller (poll() or close()) is
             # bounded already.
             return commit()
-        return call_bounded(commit, self._commit_timeout_s, "commit")
+        return call_bounded(
+            commit, budget.request_timeout(self._commit_timeout_s, shortest=1.0), "commit"
+        )
 
     def _group_offset(self, key: Key) -> TopicPartition | None:
         st = self._states[key]

@@ -8,6 +8,7 @@ confluent-kafka consumer would raise. Bounded, so that close() can never hang.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -20,7 +21,7 @@ from tenacity import (
     wait_exponential,
 )
 
-__all__ = ["call_with_retries", "is_retriable"]
+__all__ = ["Budget", "call_with_retries", "is_retriable"]
 
 T = TypeVar("T")
 
@@ -45,6 +46,27 @@ def is_retriable(exc: BaseException) -> bool:
     if not isinstance(err, KafkaError) or err.fatal():
         return False
     return err.retriable() or err.code() in _RETRIABLE_CODES
+
+
+class Budget:
+    """One deadline shared by a sequence of broker round trips.
+
+    Each round trip is bounded on its own, but a rebalance callback or a commit makes
+    several in a row: bounded one by one, their sum on a paused broker grows with the
+    number of partitions and retries. Sharing one deadline keeps the whole sequence, and
+    so the caller's poll() or close(), within a known time.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(self._end - time.monotonic(), 0.0)
+
+    def request_timeout(self, longest: float, shortest: float = 0.5) -> float:
+        """A timeout for the next round trip: at most ``longest``, what is left of the
+        budget, but never below ``shortest`` (a zero timeout would only fail)."""
+        return max(min(longest, self.remaining()), shortest)
 
 
 def call_with_retries(fn: Callable[[], T], attempts: int = 4, max_seconds: float = 30.0) -> T:

@@ -60,6 +60,7 @@ from uuid import uuid4
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
+from fastrebalance._consumer import _PLAN_BUDGET_S
 from fastrebalance._state import restore
 
 __all__ = [
@@ -94,9 +95,12 @@ KILL_FAULTS: tuple[str, ...] = ("kill", "kill_catchup", "kill_commit", "kill_you
 _WORKER_MODULE = "fastrebalance.testing._crashworker"
 #: How long a worker armed to die mid-backlog may wait for one before it is killed anyway.
 _ARMED_GRACE_S = 8.0
-#: A clean close() returns within 2 x socket.timeout.ms (60 s by default) even with the
-#: broker hung; waiting longer than that means close() broke its promise.
-_CLOSE_TIMEOUT_S = 150.0
+#: What a worker may take from SIGTERM to exit, by the library's documented bounds with
+#: the default socket.timeout.ms (60 s), even with the broker hung: the poll() under way
+#: (an assignment's planning: _PLAN_BUDGET_S), the final synchronous commit (one
+#: socket.timeout.ms) and close() (twice it), plus slack. Longer means a bound was broken:
+#: the worker's thread stacks are dumped to say which.
+_CLOSE_TIMEOUT_S = _PLAN_BUDGET_S + 3 * 60.0 + 30.0
 
 
 # ------------------------------------------------------------------------- settings
@@ -410,9 +414,14 @@ class Fleet:
         try:
             run.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.deaths.append(f"{run.name} ignored SIGTERM for {timeout:g}s (close() hung?)")
+            run.proc.send_signal(signal.SIGQUIT)  # the worker dumps its threads' stacks
+            time.sleep(2)
             run.proc.kill()
             run.proc.wait()
+            tail = run.stderr.read_text()[-6000:]
+            self.deaths.append(
+                f"{run.name} ignored SIGTERM for {timeout:g}s (close() hung?): {tail}"
+            )
             return False
         if run.proc.returncode == -signal.SIGTERM and not run.up:
             return True  # still importing, no consumer yet: the default action is fine

@@ -22,6 +22,8 @@ Signals (the harness sends them; see ``_chaos.FaultInjector``):
   lands between the child's checkpoint and the group commit, or during either.
 * SIGUSR2: SIGKILL yourself halfway through the next batch holding backlog records: some
   of the child's records processed (logged), none committed: the child is mid-range.
+* SIGQUIT: dump every thread's stack to stderr (the harness sends it to a worker whose
+  close() does not return, before it SIGKILLs it).
 
 Only this process can see those moments precisely; a signal from outside would arrive
 milliseconds too late. Progress events go to stdout as JSON lines (``{"ev": ..., "t": ...}``).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import faulthandler
 import json
 import logging
 import os
@@ -331,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGUSR1, on_usr1)
     signal.signal(signal.SIGUSR2, on_usr2)
+    # every thread's stack to stderr, even with the GIL held: what the harness asks for
+    # before it SIGKILLs a worker whose close() does not return
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     return Worker(args, flags).run()
 
 

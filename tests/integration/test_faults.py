@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -623,6 +624,14 @@ class _UnknownPartitionPrimary:
 
     def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> Any:
         raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "Unknown partition"))
+
+    def offsets_for_times(self, partitions: list[TopicPartition], **_: Any) -> Any:
+        # what librdkafka answers per partition (TopicPartition() cannot be given an error)
+        unknown = KafkaError(KafkaError._UNKNOWN_PARTITION, "Unknown partition")
+        return [
+            SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1, error=unknown)
+            for tp in partitions
+        ]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -172,3 +172,83 @@ def test_an_assignment_inside_close_is_not_planned() -> None:
         c._primary = primary._inner
         c._closed = False
         c.close()
+
+
+class _PlanningPrimary:
+    """A primary whose broker has committed offset 100 on every partition and a log end
+    of 5000; ``hang_after_committed`` makes every later round trip time out."""
+
+    def __init__(self, inner: Any, hang_after_committed: bool = False) -> None:
+        self._inner = inner
+        self.hang = hang_after_committed
+        self.round_trips: list[str] = []
+
+    def _answer(self, what: str, timeout: float) -> None:
+        self.round_trips.append(what)
+        if self.hang:
+            time.sleep(timeout)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} timed out"))
+
+    def committed(self, tps: list[TopicPartition], timeout: float = -1) -> Any:
+        self.round_trips.append("committed")
+        return [TopicPartition(tp.topic, tp.partition, 100) for tp in tps]
+
+    def offsets_for_times(self, tps: list[TopicPartition], timeout: float = -1) -> Any:
+        self._answer("offsets_for_times", timeout)
+        return [
+            TopicPartition(tp.topic, tp.partition, 0 if tp.offset == -2 else 5000) for tp in tps
+        ]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = -1, **_: Any) -> Any:
+        self._answer("watermarks", timeout)
+        return (0, 5000)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _planning_consumer(hang: bool) -> tuple[Consumer, _PlanningPrimary]:
+    c = Consumer(
+        {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.parallel.rebalance": True}
+    )
+    primary = _PlanningPrimary(c._primary, hang)
+    c._primary = primary  # type: ignore[assignment]
+    return c, primary
+
+
+def test_planning_a_large_assignment_reads_watermarks_in_two_round_trips() -> None:
+    """Both ends of all 64 logs come from one ListOffsets each: planning no longer costs a
+    round trip per partition inside the rebalance callback."""
+    c, primary = _planning_consumer(hang=False)
+    try:
+        planned = c._prepare([TopicPartition("t", p) for p in range(64)])
+        assert primary.round_trips == ["committed", "offsets_for_times", "offsets_for_times"]
+        assert [tp.offset for tp in planned] == [5000] * 64  # fresh data first
+        assert all(st.ranges.as_tuple() == ((100, 5000),) for st in c._prepared.values())
+    finally:
+        c._primary = primary._inner
+        c.close()
+
+
+def test_planning_on_a_hung_broker_is_bounded_by_one_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every round trip after the committed offsets times out. Bounded one by one, 32
+    partitions would hold poll() for 32 timed-out watermark reads (each retried, 40 s each
+    with the defaults); sharing one budget ends planning when the budget does, and every
+    partition resumes at its committed offset with nothing skipped."""
+    import fastrebalance._consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module, "_PLAN_BUDGET_S", 2.0)
+    monkeypatch.setattr(consumer_module, "_REQUEST_TIMEOUT_S", 1.0)
+    c, primary = _planning_consumer(hang=True)
+    try:
+        started = time.monotonic()
+        planned = c._prepare([TopicPartition("t", p) for p in range(32)])
+        elapsed = time.monotonic() - started
+        assert elapsed < 2.0 + 1.0 + 2, elapsed  # the budget, one last read, slack
+        assert [tp.offset for tp in planned] == [100] * 32
+        assert all(not st.ranges for st in c._prepared.values())
+    finally:
+        c._primary = primary._inner
+        c.close()
