@@ -163,3 +163,28 @@ def test_close_commits_on_revoke_promptly(kafka_cluster, topic_factory, unique_g
     c.close()
     assert time.monotonic() - began < 10
     assert group_offsets(bs, unique_group, topic, 2) == [1000, 1000]
+
+
+@pytest.mark.parametrize("call", ["poll", "consume"])
+def test_long_timeout_serves_a_catchup_started_inside_it(
+    kafka_cluster, topic_factory, unique_group, call
+):
+    """One poll(60)/consume(100, 60) joins the group, and the assignment delivered inside
+    it starts a catch-up. No fresh record ever arrives, so only the backlog can end the
+    call: it must come back with backlog records long before the timeout. (A hot path
+    that handed the whole timeout to librdkafka would sit out the 60 s.)"""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 500)
+    _seed_commits(bs, unique_group, topic, {0: 100})  # [100, 500) pending at the join
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.subscribe([topic])
+        started = time.monotonic()
+        got = [c.poll(60.0)] if call == "poll" else c.consume(100, 60.0)
+        elapsed = time.monotonic() - started
+        records = [m for m in got if m is not None and m.error() is None]
+        assert records, f"{call}() returned nothing after {elapsed:.1f}s"
+        assert all(100 <= m.offset() < 500 for m in records), "backlog records"
+        assert elapsed < 30, f"the backlog waited {elapsed:.1f}s of the 60 s timeout"
+    finally:
+        c.close()
