@@ -29,7 +29,14 @@ from ._token import (
     decode_group_token,
 )
 
-__all__ = ["PartitionState", "Plan", "Restored", "plan_assignment", "restore"]
+__all__ = [
+    "PartitionState",
+    "Plan",
+    "Restored",
+    "checkpoint_is_stale",
+    "plan_assignment",
+    "restore",
+]
 
 
 @dataclass
@@ -131,6 +138,20 @@ def plan_assignment(restored: Restored, low: int, high: int, threshold: int) -> 
             deleted.append((s, min(e, low)))
         ranges.remove_below(low)
     return Plan(start, ranges, tuple(deleted), added)
+
+
+def checkpoint_is_stale(cp: ChildCheckpoint, added: tuple[int, int]) -> bool:
+    """Whether a checkpoint in the child's log must be retired before the group commits
+    a token with the range ``added`` that a plan just created.
+
+    Checkpoints are tied to their history by the end of their range, and a new range
+    ends at the current log end, above every range of its own history (those lie below
+    the position it starts from). So a checkpoint naming the new range's end comes from
+    another history: written before an operator reset the group's offsets (which drops
+    our token) with nothing produced since. Left in place it would apply to the new
+    range and skip the records the operator asked to reprocess.
+    """
+    return cp.end == added[1]
 
 
 class PartitionState:

@@ -580,6 +580,46 @@ def test_commit_beyond_the_log_end(
         c.close()
 
 
+def test_offset_reset_by_an_operator_is_honoured_after_a_catchup(
+    kafka_cluster: Any,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator resets the group (kafka-consumer-groups --reset-offsets: our token is
+    dropped, the catch-up group is left alone) to reprocess from 50, and nothing is
+    produced meanwhile, so the new catch-up range ends where the old one did. The old
+    child checkpoint must not apply to it: the records it names are reprocessed."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 120)
+    plain_commit(bs, unique_group, topic, 70, None)  # the crashed owner left 70
+    first = Consumer(base_conf(bs, unique_group))
+    try:
+        first.assign([TopicPartition(topic, 0)])
+        drain_offsets(first, set(range(70, 100)))
+        first.commit(offsets=[TopicPartition(topic, 0, 100)], asynchronous=False)
+    finally:
+        first.close()  # the child's log: [70, 120) processed up to 100
+    plain_commit(bs, unique_group, topic, 50, None)  # the operator's reset
+    caplog.set_level(logging.INFO, logger=OURS)
+    second = Consumer(base_conf(bs, unique_group))
+    try:
+        second.assign([TopicPartition(topic, 0)])  # plans [50, 120), primary at 120
+        assert any("predates an offset reset" in r.getMessage() for r in caplog.records)
+        produce(bs, topic, 1, start=120)
+        fresh = next(m for m in drain_offsets(second, {120}) if m.offset() == 120)
+        second.commit(message=fresh, asynchronous=False)  # the token, then a crash
+    finally:
+        second.close()
+    third = Consumer(base_conf(bs, unique_group))
+    try:
+        third.assign([TopicPartition(topic, 0)])
+        assert third.catchup_status()[(topic, 0)].pending_ranges == ((50, 120),)
+        assert offsets_of(drain_offsets(third, set(range(50, 120)))) >= set(range(50, 120))
+    finally:
+        third.close()
+
+
 # ------------------------------------------------------------------------ topic gone
 def test_backlog_beyond_the_log_end_is_reported_and_not_retried_forever(
     kafka_cluster: Any,

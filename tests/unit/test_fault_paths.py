@@ -207,12 +207,28 @@ class _PlanningPrimary:
         return getattr(self._inner, name)
 
 
+class _EmptyChildLog:
+    """The child's handle, whose commit log holds nothing yet (a first catch-up)."""
+
+    def __init__(self) -> None:
+        self.reads: list[int] = []
+
+    def committed(self, tps: list[TopicPartition], timeout: float = -1) -> Any:
+        self.reads.append(len(tps))
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]
+
+    def close(self) -> None:
+        pass
+
+
 def _planning_consumer(hang: bool) -> tuple[Consumer, _PlanningPrimary]:
     c = Consumer(
         {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.parallel.rebalance": True}
     )
     primary = _PlanningPrimary(c._primary, hang)
     c._primary = primary  # type: ignore[assignment]
+    assert c._child is not None
+    c._child._handle = _EmptyChildLog()  # type: ignore[assignment]
     return c, primary
 
 
@@ -223,6 +239,13 @@ def test_planning_a_large_assignment_reads_watermarks_in_two_round_trips() -> No
     try:
         planned = c._prepare([TopicPartition("t", p) for p in range(64)])
         assert primary.round_trips == ["committed", "offsets_for_times", "offsets_for_times"]
+        # Checkpoints to retire are looked for after the primary is assigned (fresh
+        # records are fetched meanwhile): one read of the child's log for all 64.
+        assert c._child._handle.reads == []  # type: ignore[union-attr]
+        added, read = c._retiring
+        assert len(added) == 64 and read == {}
+        c._retire_stale_checkpoints(added, read)
+        assert c._child._handle.reads == [64]  # type: ignore[union-attr]
         assert [tp.offset for tp in planned] == [5000] * 64  # fresh data first
         assert all(st.ranges.as_tuple() == ((100, 5000),) for st in c._prepared.values())
     finally:

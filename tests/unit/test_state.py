@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastrebalance._ranges import RangeSet
-from fastrebalance._state import PartitionState, Plan, Restored, plan_assignment, restore
+from fastrebalance._state import (
+    PartitionState,
+    Plan,
+    Restored,
+    checkpoint_is_stale,
+    plan_assignment,
+    restore,
+)
 from fastrebalance._token import (
     ChildCheckpoint,
     GroupToken,
@@ -350,15 +357,11 @@ def test_stale_primary_commit_after_seek_claims_only_what_it_read() -> None:
     assert not claimed & set(range(70, 120))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a child checkpoint from before an operator's offset reset applies again when "
-    "the new catch-up range happens to end at the same log end (nothing produced since)",
-)
-def test_checkpoint_from_before_an_offset_reset_is_not_reapplied() -> None:
+def test_checkpoint_from_before_an_offset_reset_is_retired() -> None:
     s = first_session()  # [70, 120) pending, the primary at 120
     s.child_delivered = 100
     cp = s.commit(100)  # the child processed 70..99
+    assert cp is not None
     child = (100, encode_child_checkpoint(cp))
     persist(s)
     # The group is stopped; an operator resets it to 50 to reprocess everything from 50
@@ -367,11 +370,40 @@ def test_checkpoint_from_before_an_offset_reset_is_not_reapplied() -> None:
     r = restore(50, "", *child)
     assert (r.position, r.ranges.as_tuple()) == (50, ())
     plan = plan_assignment(r, low=0, high=120, threshold=0)
-    assert plan.ranges.as_tuple() == ((50, 120),)
+    assert plan.ranges.as_tuple() == ((50, 120),) and plan.caught_up == (50, 120)
     s = PartitionState(plan.start, plan.ranges, plan.start)
     offset, metadata = persist(s)  # the new session commits, then crashes
-    r = restore(offset, metadata, *child)
-    assert r.ranges.as_tuple() == ((50, 120),), "70..99 must be reprocessed after the reset"
+    # Left in the child's log, the old checkpoint would apply to the new range (same end)
+    # and skip 70..99, which the operator asked to reprocess.
+    assert restore(offset, metadata, *child).ranges.as_tuple() == ((50, 70), (100, 120))
+    # So the plan retires it (a bare offset: no checkpoint) before that first commit.
+    assert checkpoint_is_stale(decode_child_checkpoint(child[1], child[0]), plan.caught_up)
+    r = restore(offset, metadata, 50, "")
+    assert r.ranges.as_tuple() == ((50, 120),), "70..99 are reprocessed after the reset"
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 500), st.integers(1, 100)), max_size=6),
+    st.integers(0, 600),
+    st.integers(1, 400),
+    st.integers(0, 50),
+)
+def test_no_checkpoint_of_the_same_history_is_ever_retired(
+    pieces: list[tuple[int, int]], position: int, growth: int, threshold: int
+) -> None:
+    """Every range of a history ends at or below its position, and a new range ends at
+    the log end above it: a checkpoint that restore() applies is never taken for stale."""
+    ranges = RangeSet()
+    for start, length in pieces:
+        if start < position:
+            ranges.add(start, min(start + length, position))
+    restored = Restored(position, ranges)
+    plan = plan_assignment(restored, low=0, high=position + growth, threshold=threshold)
+    if plan.caught_up is None:
+        return
+    for start, end in ranges:
+        for offset in (start, end):
+            assert not checkpoint_is_stale(ChildCheckpoint(start, end, offset), plan.caught_up)
 
 
 # -- model-based safety property -------------------------------------------------------
@@ -384,7 +416,7 @@ class Model:
     position). The safety invariant: whatever the in-memory state, the stored
     (offset, metadata) pairs, restore() or a plan claim processed, was processed (or
     deleted by retention). Not modelled: an operator's intent to reprocess after a
-    reset (processed stays processed here; see the xfail above).
+    reset (processed stays processed here; the retirement test above covers it).
     """
 
     threshold: int
