@@ -458,7 +458,7 @@ class Consumer:
         Such a checkpoint is from before an operator's offset reset (see
         ``checkpoint_is_stale``). It is replaced by a bare offset, which is no
         checkpoint, before the group's first commit of the new token: only then could it
-        apply. Done after the primary is assigned, so fresh records are fetched
+        apply. Done after the primary is assigned and the child started, so both fetch
         meanwhile; ``checkpoints`` are those the plan read already. If the write fails
         the records it names are skipped once more: they *were* processed, so nothing
         is lost; only the reprocessing asked for is.
@@ -629,13 +629,15 @@ class Consumer:
             self._states[key] = state
             if key in added and not state.ranges.range_containing(added[key][1] - 1):
                 del added[key]  # the application chose its own offset: nothing to read
-        if added:
-            self._retire_stale_checkpoints(added, checkpoints)
         for tp in planned:
             key = _key(tp)
             state = self._states[key]
             if state.ranges:
                 self._child.start(key, state)
+        if added:
+            # After the child starts fetching (its first fetch overlaps this round
+            # trip), before anything can be committed: we still hold the user's thread.
+            self._retire_stale_checkpoints(added, checkpoints)
         if self._in_rebalance:
             self._assigned_in_callback = True
 
