@@ -52,6 +52,7 @@ from ._workload import (
     RunResult,
     check_reachable,
     cleanup,
+    format_duration,
     measure_restart,
     produce_backlog,
     set_group_offsets,
@@ -585,14 +586,6 @@ def run_bench(
 
 
 # ----------------------------------------------------------------- printing
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1.0:
-        return f"{seconds * 1000:.1f} ms"
-    return f"{seconds:.2f} s"
-
-
 def _ratio(value: float | None) -> str:
     if value is None:
         return "-"
@@ -602,11 +595,12 @@ def _ratio(value: float | None) -> str:
 def _run_line(run: RecoveryRun) -> str:
     r = run.result
     what = "steady (no backlog)" if run.asked == 0 else f"B={run.asked:,}"
+    d = format_duration
     line = (
         f"{what} W={run.work_us:g}us {run.consumer}: backlog {r.backlog:,},"
-        f" first fresh {_duration(r.first_fresh_s)}, p99 {_duration(r.fresh_p99_s)},"
-        f" max {_duration(r.fresh_max_s)}, backlog delivered {_duration(r.backlog_done_s)},"
-        f" peak RSS {run.rss_peak_kib / 1024:.0f} MiB, close() {_duration(r.close_s)}"
+        f" first fresh {d(r.first_fresh_s)}, p99 {d(r.fresh_p99_s)}, max {d(r.fresh_max_s)},"
+        f" backlog delivered {d(r.backlog_done_s)},"
+        f" peak RSS {run.rss_peak_kib / 1024:.0f} MiB, close() {d(r.close_s)}"
     )
     if r.lost or r.timed_out:
         line += f", LOST {r.lost:,}" + (" (timed out)" if r.timed_out else "")
@@ -697,16 +691,16 @@ def _recovery_tables(result: BenchResult) -> list[str]:
                 f"{work_us:g}",
                 consumer,
                 f"{_median(r.backlog for r in res) or 0:,.0f}",
-                _duration(_median(r.first_fresh_s for r in res)),
-                _duration(_median(r.fresh_p50_s for r in res)),
-                _duration(_median(r.fresh_p99_s for r in res)),
-                _duration(_median(r.fresh_max_s for r in res)),
+                format_duration(_median(r.first_fresh_s for r in res)),
+                format_duration(_median(r.fresh_p50_s for r in res)),
+                format_duration(_median(r.fresh_p99_s for r in res)),
+                format_duration(_median(r.fresh_max_s for r in res)),
                 f"{_median(r.fresh_out_of_order for r in res) or 0:,.0f}",
                 _ratio(paired_ratio(group, steady, _p99)) if asked else "-",
-                _duration(_median(r.backlog_done_s for r in res)) if asked else "-",
+                format_duration(_median(r.backlog_done_s for r in res)) if asked else "-",
                 f"{rps:,.0f}" if rps and asked else "-",
                 f"{rss / 1024:.0f} MiB",
-                _duration(_median(r.close_s for r in res)),
+                format_duration(_median(r.close_s for r in res)),
                 f"{sum(r.lost for r in res):,}",
             ]
         )

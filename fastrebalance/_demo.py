@@ -52,6 +52,7 @@ from ._workload import (
     RunResult,
     check_reachable,
     cleanup,
+    format_duration,
     measure_restart,
     produce_backlog,
     set_group_offsets,
@@ -360,20 +361,12 @@ def run_demo(
 
 
 # ----------------------------------------------------------------- printing
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1.0:
-        return f"{seconds * 1000:.1f} ms"
-    return f"{seconds:.2f} s"
-
-
 def _run_summary(r: RunResult) -> str:
     parts = [
         f"backlog {r.backlog:,}",
-        f"joined after {_duration(r.joined_s)}",
-        f"first fresh record after {_duration(r.first_fresh_s)}",
-        f"backlog delivered after {_duration(r.backlog_done_s)}",
+        f"joined after {format_duration(r.joined_s)}",
+        f"first fresh record after {format_duration(r.first_fresh_s)}",
+        f"backlog delivered after {format_duration(r.backlog_done_s)}",
     ]
     if r.child_alive is not None:
         parts.append(f"child consumer {'still alive' if r.child_alive else 'not alive'}")
@@ -394,29 +387,29 @@ def format_results(result: DemoResult) -> str:
     rows: list[tuple[str, str, str, str]] = [
         ("", "plain", "fastrebalance", "plain/fast"),
         ("backlog at restart (records)", f"{p.backlog:,}", f"{f.backlog:,}", ""),
-        ("joined the group after", _duration(p.joined_s), _duration(f.joined_s), ""),
+        ("joined the group after", format_duration(p.joined_s), format_duration(f.joined_s), ""),
         (
             "time to first fresh record",
-            _duration(p.first_fresh_s),
-            _duration(f.first_fresh_s),
+            format_duration(p.first_fresh_s),
+            format_duration(f.first_fresh_s),
             _ratio(p.first_fresh_s, f.first_fresh_s),
         ),
         (
             "fresh latency p50",
-            _duration(p.fresh_p50_s),
-            _duration(f.fresh_p50_s),
+            format_duration(p.fresh_p50_s),
+            format_duration(f.fresh_p50_s),
             _ratio(p.fresh_p50_s, f.fresh_p50_s),
         ),
         (
             "fresh latency p99",
-            _duration(p.fresh_p99_s),
-            _duration(f.fresh_p99_s),
+            format_duration(p.fresh_p99_s),
+            format_duration(f.fresh_p99_s),
             _ratio(p.fresh_p99_s, f.fresh_p99_s),
         ),
         (
             "backlog fully delivered after",
-            _duration(p.backlog_done_s),
-            _duration(f.backlog_done_s),
+            format_duration(p.backlog_done_s),
+            format_duration(f.backlog_done_s),
             _ratio(p.backlog_done_s, f.backlog_done_s),
         ),
         ("fresh records delivered", f"{p.fresh_records:,}", f"{f.fresh_records:,}", ""),

@@ -46,6 +46,7 @@ __all__ = [
     "check_reachable",
     "cleanup",
     "encode_value",
+    "format_duration",
     "measure_restart",
     "percentile",
     "produce_backlog",
@@ -103,6 +104,15 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
         return None
     rank = max(1, -(-len(sorted_values) * q // 100))
     return sorted_values[int(rank) - 1]
+
+
+def format_duration(seconds: float | None) -> str:
+    """A measured time as the demo and the benchmark print it ("-": never happened)."""
+    if seconds is None:
+        return "-"
+    if seconds < 1.0:
+        return f"{seconds * 1000:.1f} ms"
+    return f"{seconds:.2f} s"
 
 
 # ---------------------------------------------------------------- producing
