@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer as _RdConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from ._retry import call_with_retries
-from ._state import PartitionState
+from ._retry import Budget, call_with_retries
+from ._state import PartitionState, checkpoint_applies, checkpoint_is_stale
 from ._token import (
     ChildCheckpoint,
     TokenError,
@@ -417,6 +417,49 @@ class Child:
                 out[(tp.topic, tp.partition)] = cp
         return out
 
+    def retire_stale(self, added: dict[Key, tuple[int, int]]) -> None:
+        """Clear checkpoints that would apply to the ranges a plan just ``added``.
+
+        Such a checkpoint is from before an operator's offset reset (see
+        ``checkpoint_is_stale``). It is replaced by a bare offset, which is no
+        checkpoint. The caller does this before the group's first commit of the new
+        token (only then could the checkpoint apply) and after starting the fetches, so
+        they overlap these round trips. If it fails, the records the checkpoint names are
+        skipped once more: they *were* processed, so nothing is lost; only the
+        reprocessing asked for is.
+        """
+        budget = Budget(self._timeout)
+        try:
+            found = call_with_retries(
+                lambda: self.committed(list(added)), max_seconds=budget.remaining()
+            )
+            retire = [
+                TopicPartition(key[0], key[1], added[key][0])
+                for key, cp in found.items()
+                if checkpoint_is_stale(cp, added[key])
+            ]
+            if not retire:
+                return
+            call_bounded(
+                lambda: call_with_retries(
+                    lambda: self.handle().commit(offsets=retire, asynchronous=False),
+                    max_seconds=budget.remaining(),
+                ),
+                budget.request_timeout(self._commit_timeout, shortest=1.0),
+                "clearing stale checkpoints",
+            )
+        except KafkaException as exc:
+            log.warning(
+                "could not clear catch-up checkpoints from before an offset reset (%s): "
+                "records they name were processed before the reset and are not reprocessed",
+                exc,
+            )
+            return
+        log.info(
+            "%s: the catch-up group's checkpoint predates an offset reset; cleared",
+            ", ".join(f"{tp.topic} [{tp.partition}]" for tp in retire),
+        )
+
     def restart(self) -> None:
         """A child crash: new handle, resume each partition from the child's log."""
         log.warning("child consumer restarting: resuming from its commit log")
@@ -430,7 +473,7 @@ class Child:
         checkpoints = self.committed(list(work)) if work else {}
         for key, state in work.items():
             cp = checkpoints.get(key)
-            if cp is not None and any(end == cp.end for _, end in state.ranges):
+            if cp is not None and checkpoint_applies(cp, state.ranges):
                 state.ranges.remove(cp.start, cp.offset)
             state.child_delivered = None  # delivered but uncommitted: deliver again
             self.start(key, state)

@@ -41,13 +41,8 @@ from ._child import Child, ChildState, call_bounded
 from ._config import ParallelConfig, child_config, split_config
 from ._ranges import RangeSet
 from ._retry import Budget, call_with_retries
-from ._state import PartitionState, checkpoint_is_stale, plan_assignment, restore
-from ._token import (
-    TokenError,
-    TokenTooLargeError,
-    decode_child_checkpoint,
-    encode_group_token,
-)
+from ._state import PartitionState, plan_assignment, restore
+from ._token import TokenTooLargeError, encode_group_token
 
 __all__ = ["CatchupStatus", "Consumer"]
 
@@ -175,9 +170,7 @@ class Consumer:
         self._stored: dict[Key, int] = {}  # store_offsets() when auto store is off
         self._stored_child: dict[Key, int] = {}
         self._prepared: dict[Key, PartitionState] = {}  # planned during a rebalance
-        # the ranges the plan added, and the child checkpoints it read: see
-        # _retire_stale_checkpoints
-        self._retiring: tuple[dict[Key, tuple[int, int]], dict[Key, TopicPartition]] = ({}, {})
+        self._added: dict[Key, tuple[int, int]] = {}  # ranges planned: see Child.retire_stale
         self._in_rebalance = False
         self._assigned_in_callback = False
         self._subscribed = False
@@ -318,7 +311,7 @@ class Consumer:
         finally:
             self._in_rebalance = False
             self._prepared.clear()
-            self._retiring = ({}, {})
+            self._added = {}
 
     def _on_revoke(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
@@ -370,9 +363,10 @@ class Consumer:
             # it terminates: 3 timeouts). Nothing is read, so nothing needs a plan.
             for tp in partitions:
                 self._prepared[_key(tp)] = PartitionState(None, RangeSet(), None)
-            self._retiring = ({}, {})
+            self._added = {}
             return [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in partitions]
         budget = Budget(_PLAN_BUDGET_S)
+        self._added = {}
         todo = [tp for tp in partitions if tp.offset in (OFFSET_INVALID, OFFSET_STORED)]
         out = []
         committed: dict[Key, TopicPartition] = {}
@@ -393,8 +387,7 @@ class Consumer:
         needs_child_log = [
             k for k, tp in committed.items() if tp.metadata and tp.metadata.startswith("~fr")
         ]
-        checkpoints: dict[Key, TopicPartition] = {}
-        child_log_read = False
+        checkpoints = {}
         if needs_child_log:
             try:
                 raw = call_with_retries(
@@ -405,11 +398,9 @@ class Consumer:
                     max_seconds=budget.remaining(),
                 )
                 checkpoints = {_key(tp): tp for tp in raw}
-                child_log_read = True
             except KafkaException as exc:
                 log.warning("cannot read the child's commit log; backlog re-read: %s", exc)
         restored_by_key = {}
-        added: dict[Key, tuple[int, int]] = {}
         for tp in partitions:
             key = _key(tp)
             g = committed.get(key)
@@ -445,72 +436,8 @@ class Consumer:
             self._prepared[key] = state
             out.append(TopicPartition(tp.topic, tp.partition, start))
             if new_range is not None:
-                added[key] = new_range
-        known = set(needs_child_log) if child_log_read else set()
-        self._retiring = (added, {k: checkpoints[k] for k in added if k in known})
+                self._added[key] = new_range
         return out
-
-    def _retire_stale_checkpoints(
-        self, added: dict[Key, tuple[int, int]], checkpoints: dict[Key, TopicPartition]
-    ) -> None:
-        """Clear child checkpoints that would apply to a range the plan just added.
-
-        Such a checkpoint is from before an operator's offset reset (see
-        ``checkpoint_is_stale``). It is replaced by a bare offset, which is no
-        checkpoint, before the group's first commit of the new token: only then could it
-        apply. Done after the primary is assigned and the child started, so both fetch
-        meanwhile; ``checkpoints`` are those the plan read already. If the write fails
-        the records it names are skipped once more: they *were* processed, so nothing
-        is lost; only the reprocessing asked for is.
-        """
-        assert self._child is not None
-        child = self._child
-        budget = Budget(_REQUEST_TIMEOUT_S)
-        unread = [k for k in added if k not in checkpoints]
-        if unread:
-            try:
-                raw = call_with_retries(
-                    lambda: child.handle().committed(
-                        [TopicPartition(*k) for k in unread],
-                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
-                    ),
-                    max_seconds=budget.remaining(),
-                )
-                checkpoints = {**checkpoints, **{_key(tp): tp for tp in raw}}
-            except KafkaException as exc:
-                log.warning("cannot read the child's commit log: %s", exc)
-        retire = []
-        for key, new_range in added.items():
-            tp = checkpoints.get(key)
-            if tp is None or tp.offset < 0:
-                continue
-            try:
-                cp = decode_child_checkpoint(tp.metadata, tp.offset)
-            except TokenError:
-                continue  # never applied: restore() rejects it too
-            if cp is not None and checkpoint_is_stale(cp, new_range):
-                retire.append(TopicPartition(key[0], key[1], new_range[0]))
-        if not retire:
-            return
-        names = ", ".join(f"{tp.topic} [{tp.partition}]" for tp in retire)
-        try:
-            call_bounded(
-                lambda: call_with_retries(
-                    lambda: child.handle().commit(offsets=retire, asynchronous=False),
-                    max_seconds=budget.remaining(),
-                ),
-                budget.request_timeout(self._commit_timeout_s, shortest=1.0),
-                "retiring stale child checkpoints",
-            )
-            log.info("%s: the catch-up group's checkpoint predates an offset reset; cleared", names)
-        except KafkaException as exc:
-            log.warning(
-                "%s: could not clear a catch-up checkpoint from before an offset reset "
-                "(%s): records it names were processed before the reset and will not be "
-                "reprocessed",
-                names,
-                exc,
-            )
 
     def _watermarks(
         self, keys: list[Key], budget: Budget
@@ -575,7 +502,8 @@ class Consumer:
         if isinstance(watermarks, tuple):
             low, high = watermarks
         else:
-            exc = watermarks or KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer"))
+            assert watermarks is not None  # asked for every partition with a position
+            exc = watermarks
             log.warning("%s [%d]: no watermarks (%s): resuming without a new catch-up", *key, exc)
             low, high = 0, restored.position
             if restored.ranges and exc.args[0].code() in _UNKNOWN:
@@ -621,23 +549,19 @@ class Consumer:
             self._primary.assign(planned)
             keep = {_key(tp) for tp in planned}
             self._forget([k for k in self._states if k not in keep])
-        added, checkpoints = self._retiring
-        self._retiring = ({}, {})
+        added, self._added = self._added, {}
         for tp in planned:
             key = _key(tp)
             state = self._prepared.pop(key, None) or PartitionState(None, RangeSet(), None)
             self._states[key] = state
-            if key in added and not state.ranges.range_containing(added[key][1] - 1):
-                del added[key]  # the application chose its own offset: nothing to read
-        for tp in planned:
-            key = _key(tp)
-            state = self._states[key]
             if state.ranges:
                 self._child.start(key, state)
+            if key in added and not state.ranges.range_containing(added[key][1] - 1):
+                del added[key]  # the application chose its own offset: nothing to read
         if added:
-            # After the child starts fetching (its first fetch overlaps this round
-            # trip), before anything can be committed: we still hold the user's thread.
-            self._retire_stale_checkpoints(added, checkpoints)
+            # After the fetches started (they overlap these round trips), before anything
+            # can be committed: we still hold the user's thread.
+            self._child.retire_stale(added)
         if self._in_rebalance:
             self._assigned_in_callback = True
 
@@ -676,7 +600,7 @@ class Consumer:
             self._apply_assignment(planned, incremental)
         finally:
             self._prepared.clear()
-            self._retiring = ({}, {})
+            self._added = {}
 
     def unassign(self) -> None:
         self._forget(list(self._states))

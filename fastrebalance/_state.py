@@ -33,6 +33,7 @@ __all__ = [
     "PartitionState",
     "Plan",
     "Restored",
+    "checkpoint_applies",
     "checkpoint_is_stale",
     "plan_assignment",
     "restore",
@@ -91,12 +92,12 @@ def restore(
         cp = decode_child_checkpoint(child_metadata, child_offset) if child_offset >= 0 else None
     except TokenError as exc:
         cp, problem = None, f"ignored child checkpoint: {exc}"
-    if cp is not None and _checkpoint_applies(cp, ranges):
+    if cp is not None and checkpoint_applies(cp, ranges):
         ranges.remove(cp.start, cp.offset)
     return Restored(token.position, ranges, token.user_metadata, problem)
 
 
-def _checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
+def checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
     # A checkpoint names the end of the range it was taken in; range ends are log
     # ends at the time of a crash, so a match ties it to this history and not to an
     # older one an operator has since rewound.

@@ -242,9 +242,8 @@ def test_planning_a_large_assignment_reads_watermarks_in_two_round_trips() -> No
         # Checkpoints to retire are looked for after the primary is assigned (fresh
         # records are fetched meanwhile): one read of the child's log for all 64.
         assert c._child._handle.reads == []  # type: ignore[union-attr]
-        added, read = c._retiring
-        assert len(added) == 64 and read == {}
-        c._retire_stale_checkpoints(added, read)
+        assert len(c._added) == 64
+        c._child.retire_stale(c._added)
         assert c._child._handle.reads == [64]  # type: ignore[union-attr]
         assert [tp.offset for tp in planned] == [5000] * 64  # fresh data first
         assert all(st.ranges.as_tuple() == ((100, 5000),) for st in c._prepared.values())
