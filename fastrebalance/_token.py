@@ -126,7 +126,9 @@ def _int36(s: str) -> int:
 
 
 def _crc(payload: str) -> str:
-    return format(zlib.crc32(payload.encode("utf-8")), "08x")
+    # surrogatepass: any str has a checksum, so a decode of garbage fails as a mismatch
+    # (TokenError), never as a UnicodeEncodeError out of poll()
+    return format(zlib.crc32(payload.encode("utf-8", "surrogatepass")), "08x")
 
 
 # -- group token --------------------------------------------------------------

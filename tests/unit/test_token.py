@@ -329,6 +329,14 @@ def test_any_single_edit_is_detected(token: GroupToken, data) -> None:
     assert result is None, f"edited token {mutated!r} decoded to {result!r}"
 
 
+def test_a_lone_surrogate_is_corrupt_not_an_encoding_error() -> None:
+    """Found by test_any_single_edit_is_detected: the checksum encoded the text strictly,
+    so a lone surrogate raised UnicodeEncodeError instead of TokenError."""
+    text, _ = encode_group_token(GroupToken(0, ()), UNLIMITED)
+    with pytest.raises(CorruptTokenError):
+        decode_group_token(text[:14] + "\ud800" + text[15:])
+
+
 # -- child checkpoints -----------------------------------------------------------
 @settings(max_examples=300, deadline=None)
 @given(checkpoints())
