@@ -4,10 +4,19 @@ It is an ordinary confluent-kafka consumer built from the user's config (securit
 SASL, SSL, callbacks) minus group membership: it reads by ``assign()`` and commits
 into its own group id, so it never joins or disturbs the user's group.
 
-Thread ownership: the child's librdkafka handle, like the primary's, is owned by
-the thread that calls the facade's poll()/consume()/commit() (the user's thread).
-librdkafka's own threads fetch for both handles concurrently; that is where the
-parallel catch-up comes from, with no Python thread and no cross-thread queue.
+Thread ownership: the child's librdkafka handle, like the primary's, is owned by the
+thread that calls the facade's poll()/consume()/commit() (the user's thread). The one
+exception is ``close()``, run on a helper thread while the owner waits (see
+``call_bounded``). librdkafka's own threads fetch for both handles concurrently; that is
+where the parallel catch-up comes from, with no Python thread and no cross-thread queue.
+
+What the child reads is the ledger's backlog (``Ledger.ranges``) of each partition; what
+it hands out is recorded as runs of the partition's current ``Epoch`` (see ``_routing``),
+which is how a later commit of one of its records is attributed to it. A piece of a
+range is finished when a record at or past its end arrives, or when librdkafka reports
+the end of the partition at or past it: range ends are raw log ends, and the last offsets
+of a range may hold no record the application can see (transaction markers, aborted
+records under ``read_committed``).
 """
 
 from __future__ import annotations
@@ -16,20 +25,18 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer as _RdConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from ._ledger import Ledger
+from ._planning import checkpoint_is_stale
 from ._retry import Budget, call_with_retries
-from ._state import PartitionState, checkpoint_applies, checkpoint_is_stale
-from ._token import (
-    ChildCheckpoint,
-    TokenError,
-    decode_child_checkpoint,
-    encode_child_checkpoint,
-)
+from ._routing import Epoch, Run
+from ._token import ChildCheckpoint, TokenError, decode_child_checkpoint, encode_child_checkpoint
 
 __all__ = ["Child", "ChildState", "call_bounded"]
 
@@ -40,27 +47,49 @@ Key = tuple[str, int]
 DeletedCallback = Callable[[str, int, int, int], None]
 T = TypeVar("T")
 
+#: First wait before a partition whose offset keeps being out of range inside the log is
+#: fetched again; doubled each time, up to _RESET_BACKOFF_MAX_S.
+_RESET_BACKOFF_S = 0.5
+_RESET_BACKOFF_MAX_S = 30.0
+#: Shortest interval between two restarts of the child's handle (doubling up to 30 s):
+#: a handle that fails at once must not be recreated in a tight loop.
+_RESTART_BACKOFF_S = 1.0
+
+try:  # confluent-kafka >= 2.13 serializes the calls made on a handle (a reentrancy gate)
+    from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
+except ImportError:  # pragma: no cover - older confluent-kafka: no gate
+    _GATE_IDENTITY = None
+
 
 def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
     """Run a blocking librdkafka call on a helper thread; stop waiting after ``timeout_s``.
 
-    librdkafka retries an OffsetCommit until a coordinator answers, and its close() waits
+    librdkafka queues an OffsetCommit until a coordinator answers, and its close() waits
     for every outstanding commit: with the broker hung (SIGSTOPped, a network partition)
-    a synchronous commit, and the close() of a plain confluent-kafka consumer that has a
-    commit outstanding, never return (measured: still blocked after 395 s). The helper
-    thread only makes the call while the calling thread waits, so no Python state is ever
-    used by two threads at once. After the timeout the call is abandoned, not cancelled:
-    it may still complete later, which is safe because every commit we write is true on
-    its own, and an older one only claims less.
+    a synchronous commit, and the close() of a consumer that has a commit outstanding,
+    never return (measured: still blocked after 395 s). The helper thread makes the call
+    while the calling thread waits, so no Python state is used by two threads at once.
+    After the timeout the call is abandoned, not cancelled: it may still complete later,
+    which is safe because every commit we write is true on its own, and an older one
+    only claims less.
+
+    confluent-kafka serializes the calls made on one handle, per calling thread: an
+    abandoned call would make every later call of the owner wait for it (a hung broker
+    would hang poll()). The helper therefore presents the owner's identity to that gate,
+    as confluent-kafka's own AIOConsumer does for its worker threads; librdkafka itself
+    is thread-safe.
 
     Raises:
         KafkaException: ``_TIMED_OUT`` after ``timeout_s``; otherwise what ``fn`` raised.
     """
     outcome: list[Any] = []
     done = threading.Event()
+    owner = threading.get_ident()
 
     def run() -> None:
         try:
+            if _GATE_IDENTITY is not None:
+                _GATE_IDENTITY.set(owner)
             outcome.append((True, fn()))
         except BaseException as exc:  # handed to the caller below
             outcome.append((False, exc))
@@ -72,8 +101,7 @@ def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
         raise KafkaException(
             KafkaError(
                 KafkaError._TIMED_OUT,
-                f"{what} did not complete within {timeout_s:g}s (socket.timeout.ms): "
-                "the broker is unreachable",
+                f"{what} did not complete within {timeout_s:g}s: the broker is unreachable",
             )
         )
     ok, value = outcome[0]
@@ -90,15 +118,20 @@ class ChildState(enum.Enum):
 
 
 class _Cursor:
-    """The piece of a pending range the child is reading: [pos, end)."""
+    """The piece ``[pos, end)`` of a partition's backlog the child is reading, the ledger
+    it comes from, and the run of the epoch that records what was handed out."""
 
-    __slots__ = ("end", "pos", "start", "state")
+    __slots__ = ("end", "epoch", "ledger", "pos", "resets", "retry_at", "run", "start")
 
-    def __init__(self, start: int, end: int, state: PartitionState) -> None:
+    def __init__(self, start: int, end: int, ledger: Ledger, epoch: Epoch) -> None:
         self.start = start
         self.pos = start
         self.end = end
-        self.state = state
+        self.ledger = ledger
+        self.epoch = epoch
+        self.run: Run = epoch.child_run(start)
+        self.resets = 0  # consecutive out-of-range resets inside the log (backoff)
+        self.retry_at = 0.0  # paused until then after such a reset
 
 
 class Child:
@@ -106,18 +139,23 @@ class Child:
         self,
         conf: dict[str, Any],
         on_deleted: DeletedCallback,
+        report: Callable[[KafkaError], None] | None = None,
         timeout_s: float = 10.0,
-        commit_timeout_s: float = 60.0,
+        close_timeout_s: float = 60.0,
     ) -> None:
         self._conf = conf
         self._on_deleted = on_deleted
+        self._report = report
         self._timeout = timeout_s
-        self._commit_timeout = commit_timeout_s  # synchronous commits and close()
+        self._close_timeout = close_timeout_s
         self._handle: _RdConsumer | None = None
         self._cursors: dict[Key, _Cursor] = {}
         self._paused: set[Key] = set()
+        self._backoff: dict[Key, _Cursor] = {}  # waiting out a reset loop
         self._closed = False
         self._needs_restart = False
+        self._restart_at = 0.0
+        self._restart_wait = _RESTART_BACKOFF_S
         #: Handles created so far: 1 after the first catch-up, whatever the crashes.
         self.handles_created = 0
         #: Backlog records handed to the application (for metrics).
@@ -160,45 +198,54 @@ class Child:
         return self._handle
 
     def close(self) -> None:
+        """Close the handle within ``close_timeout_s`` (librdkafka's close waits for the
+        outstanding checkpoint commits; on a hung broker it would wait forever)."""
         if self._closed:
             return
         self._closed = True
         self._cursors.clear()
-        if self._handle is not None:
+        self._backoff.clear()
+        handle, self._handle = self._handle, None
+        if handle is not None:
             try:
-                call_bounded(self._handle.close, self._commit_timeout, "child close()")
+                call_bounded(handle.close, self._close_timeout, "child close()")
             except (RuntimeError, KafkaException) as exc:
                 log.warning("child consumer close failed: %s", exc)
 
     # -- assignment -----------------------------------------------------------
-    def start(self, key: Key, state: PartitionState) -> None:
-        """Begin (or continue) reading ``state``'s pending ranges for ``key``."""
-        resume = state.child_delivered
-        piece = state.ranges.next_from(resume if resume is not None else 0)
+    def start(self, key: Key, ledger: Ledger, epoch: Epoch, at: int = 0) -> None:
+        """Read ``ledger``'s backlog of ``key`` from its first piece at or after ``at``."""
+        piece = ledger.ranges.next_from(at)
         if piece is None:
+            self.stop([key])
             return
         handle = self.handle()
         fresh = key not in self._cursors
-        self._cursors[key] = _Cursor(piece[0], piece[1], state)
+        self._cursors[key] = _Cursor(piece[0], piece[1], ledger, epoch)
+        self._backoff.pop(key, None)
         tp = TopicPartition(key[0], key[1], piece[0])
         if fresh:
             handle.incremental_assign([tp])
             if key in self._paused:
                 handle.pause([TopicPartition(key[0], key[1])])
         else:
-            handle.seek(tp)
+            self._seek(key, piece[0])
         log.info(
             "catch-up of %s [%d] from offset %d (%d ranges, %d records pending)",
             key[0],
             key[1],
             piece[0],
-            len(state.ranges),
-            state.ranges.count(),
+            len(ledger.ranges),
+            ledger.ranges.count(),
         )
 
     def stop(self, keys: Iterable[Key]) -> None:
         """Stop reading ``keys`` (revoked, lost or finished); progress is in the logs."""
-        gone = [TopicPartition(k[0], k[1]) for k in keys if self._cursors.pop(k, None)]
+        gone = []
+        for k in keys:
+            self._backoff.pop(k, None)
+            if self._cursors.pop(k, None) is not None:
+                gone.append(TopicPartition(k[0], k[1]))
         if gone and self._handle is not None:
             try:
                 self._handle.incremental_unassign(gone)
@@ -212,17 +259,18 @@ class Child:
         self._paused.difference_update(keys)
 
     def refresh(self, key: Key) -> None:
-        """The ranges changed under the cursor (coalesced, seek, retention): re-aim."""
+        """The ranges changed under the cursor (coalesced, rewound): re-aim."""
         cur = self._cursors.get(key)
         if cur is None:
             return
-        piece = cur.state.ranges.next_from(cur.pos)
+        piece = cur.ledger.ranges.next_from(cur.pos)
         if piece is None:
-            self._finish(key)
+            self._finish(key, cur)
         elif piece != (cur.pos, cur.end):
             cur.start, cur.end = piece
             if piece[0] != cur.pos:
                 cur.pos = piece[0]
+                cur.run = cur.epoch.child_run(piece[0])
                 self._seek(key, piece[0])
 
     def pause(self, keys: Iterable[Key]) -> None:
@@ -238,7 +286,7 @@ class Child:
         mine = []
         for k in keys:
             self._paused.discard(k)
-            if k in self._cursors:
+            if k in self._cursors and k not in self._backoff:
                 mine.append(TopicPartition(k[0], k[1]))
         if mine and self._handle is not None:
             self._handle.resume(mine)
@@ -249,14 +297,24 @@ class Child:
 
     # -- reading --------------------------------------------------------------
     def consume(self, num: int, timeout: float = 0.0) -> list[Message]:
+        """Up to ``num`` backlog records. Never raises for a broker problem: a dead handle
+        is replaced (with a backoff), and its partitions resume from the ledger."""
         if not self._cursors:
             return []
+        if self._backoff:
+            self._retry_backed_off()
         if self._needs_restart:
             self.restart()
+            if self._needs_restart:
+                return []
         try:
             msgs = self.handle().consume(num, timeout)
         except RuntimeError:  # the handle died under us: a child crash
+            self._needs_restart = True
             self.restart()
+            return []
+        except KafkaException as exc:
+            log.warning("child consumer: %s", exc)
             return []
         return self._accept(msgs) if msgs else msgs
 
@@ -265,8 +323,9 @@ class Child:
         out = []
         cursors = self._cursors
         for m in msgs:
-            if m.error() is not None:
-                self._on_error(m)
+            err = m.error()
+            if err is not None:
+                self._on_error(m, err)
                 continue
             key = (m.topic(), m.partition())
             cur = cursors.get(key)
@@ -276,13 +335,15 @@ class Child:
             if o < cur.pos:
                 continue  # fetched before a seek
             if o >= cur.end:
-                # past the piece: records of another stream, or a gap (compaction,
-                # transaction markers) ate the end of the piece
-                cur = self._next_piece(key, cur, o)
-                if cur is None or not (cur.pos <= o < cur.end):
+                # past the piece: records of another stream, or offsets with no record
+                # (transaction markers, compaction) ate the end of the piece
+                nxt = self._next_piece(key, cur, o)
+                if nxt is None or not (nxt.pos <= o < nxt.end):
                     continue
+                cur = nxt
             cur.pos = o + 1
-            cur.state.child_delivered = cur.pos
+            cur.run.handed(o)
+            cur.resets = 0
             out.append(m)
             if cur.pos >= cur.end:
                 self._next_piece(key, cur, cur.pos)
@@ -292,18 +353,21 @@ class Child:
     def _next_piece(self, key: Key, cur: _Cursor, offset: int) -> _Cursor | None:
         """Move ``cur`` to the next pending piece; seek unless ``offset`` (the record
         in hand, or the end just reached) already lies inside it."""
-        piece = cur.state.ranges.next_from(cur.end)
+        cur.run.reach(cur.end)
+        piece = cur.ledger.ranges.next_from(cur.end)
         if piece is None:
-            cur.state.child_delivered = cur.end
-            self._finish(key)
+            self._finish(key, cur)
             return None
+        # The gap between two pieces holds nothing unprocessed: the run goes on over it.
+        cur.run.reach(piece[0])
         cur.start, cur.end = piece
         cur.pos = piece[0]
         if not (piece[0] <= offset < piece[1]):
             self._seek(key, piece[0])
         return cur
 
-    def _finish(self, key: Key) -> None:
+    def _finish(self, key: Key, cur: _Cursor) -> None:
+        cur.run.reach(cur.end)
         self.stop([key])
         log.info("catch-up of %s [%d] finished: backlog delivered", key[0], key[1])
         if not self._cursors:
@@ -318,52 +382,90 @@ class Child:
             self.handle().incremental_unassign([TopicPartition(key[0], key[1])])
             self.handle().incremental_assign([tp])
 
-    def _on_error(self, m: Message) -> None:
-        err = m.error()
+    def _on_error(self, m: Message, err: KafkaError) -> None:
         key = (m.topic(), m.partition())
-        if err.code() == KafkaError._AUTO_OFFSET_RESET and key in self._cursors:
-            self._skip_deleted(key)
-        elif err.code() == KafkaError._PARTITION_EOF:
-            return
+        cur = self._cursors.get(key)
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            # The end of the log: nothing left below it that the application could see.
+            if cur is not None and m.offset() >= cur.end:
+                self._next_piece(key, cur, m.offset())
+        elif code == KafkaError._AUTO_OFFSET_RESET and cur is not None:
+            self._out_of_range(key, cur)
         else:
             log.warning("child consumer: %s [%s]: %s", m.topic(), m.partition(), err)
 
-    def _skip_deleted(self, key: Key) -> None:
+    def _out_of_range(self, key: Key, cur: _Cursor) -> None:
         """The child's offset is out of range: retention deleted records it still had to
-        read (report, move on), or the log is now shorter than the range (report, stop)."""
-        cur = self._cursors[key]
-        try:
-            low, high = self.handle().get_watermark_offsets(
-                TopicPartition(key[0], key[1]), timeout=self._timeout, cached=False
-            )
-        except KafkaException as exc:
-            # not knowing what is gone, skip nothing: fetch again, which fails again
+        read (report, move on), the log is now shorter than the range (report, stop), or
+        the broker said so for an offset inside the log (a leader change truncating and
+        re-growing the log): fetch it again after a growing pause, never in a tight loop.
+        """
+        low, high = self._watermarks(key)
+        if high is None or low is None:
             log.warning(
-                "child consumer: %s [%d]: offset %d out of range, no watermarks (%s); retrying",
+                "child consumer: %s [%d]: offset %d out of range, no watermarks; retrying",
                 *key,
                 cur.pos,
-                exc,
             )
-            self._seek(key, cur.pos)
+            self._back_off(key, cur)
             return
         if cur.pos >= high:
             self._beyond_log_end(key, cur, high)
             return
-        ranges = cur.state.ranges
-        for s, e in list(ranges):
-            lost_from, lost_to = max(s, cur.pos), min(e, low)
-            if s >= low:
-                break
-            if lost_from < lost_to:
-                self._on_deleted(key[0], key[1], lost_from, lost_to)
-        ranges.remove_below(low)
-        piece = ranges.next_from(max(low, cur.pos))
-        self.stop([key])
-        if piece is not None:
-            cur.state.child_delivered = piece[0]
-            self.start(key, cur.state)
-        else:
-            cur.state.child_delivered = low
+        if cur.pos >= low:
+            self._back_off(key, cur)
+            return
+        for start, end in cur.ledger.drop_below(low):
+            lost_from = max(start, cur.pos)
+            if lost_from < end:
+                self._on_deleted(key[0], key[1], lost_from, end)
+        self.start(key, cur.ledger, cur.epoch, at=low)
+
+    def _watermarks(self, key: Key) -> tuple[int | None, int | None]:
+        """librdkafka's cached watermarks (the fetch that failed refreshed them); a
+        bounded query only when it has none."""
+        tp = TopicPartition(key[0], key[1])
+        try:
+            low, high = self.handle().get_watermark_offsets(tp, cached=True)
+            if low >= 0 and high >= 0:
+                return low, high
+            low, high = self.handle().get_watermark_offsets(
+                tp, timeout=min(self._timeout, 5.0), cached=False
+            )
+            return low, high
+        except KafkaException:
+            return None, None
+
+    def _back_off(self, key: Key, cur: _Cursor) -> None:
+        wait = min(_RESET_BACKOFF_S * (2**cur.resets), _RESET_BACKOFF_MAX_S)
+        cur.resets += 1
+        cur.retry_at = time.monotonic() + wait
+        self._backoff[key] = cur
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self.handle().pause([TopicPartition(key[0], key[1])])
+        log.warning(
+            "child consumer: %s [%d]: offset %d reported out of range inside the log "
+            "(%d times); fetching it again in %.1fs",
+            *key,
+            cur.pos,
+            cur.resets,
+            wait,
+        )
+
+    def _retry_backed_off(self) -> None:
+        now = time.monotonic()
+        for key, cur in list(self._backoff.items()):
+            if now < cur.retry_at:
+                continue
+            del self._backoff[key]
+            if self._cursors.get(key) is not cur:
+                continue
+            cur.run = cur.epoch.child_run(cur.pos)
+            with contextlib.suppress(KafkaException, RuntimeError):
+                if key not in self._paused:
+                    self.handle().resume([TopicPartition(key[0], key[1])])
+                self._seek(key, cur.pos)
 
     def _beyond_log_end(self, key: Key, cur: _Cursor, high: int) -> None:
         """The range lies past the log end: the topic was deleted and recreated, or an
@@ -376,84 +478,63 @@ class Child:
             "read them; they stay pending"
         )
         log.error(msg)
-        user_error_cb = self._conf.get("error_cb")
-        if user_error_cb is not None:
-            user_error_cb(KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, msg))
+        if self._report is not None:
+            self._report(KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, msg))
         self.stop([key])
 
     # -- the child's commit log -----------------------------------------------
-    def commit(
-        self,
-        checkpoints: dict[Key, ChildCheckpoint],
-        asynchronous: bool,
-        timeout_s: float | None = None,
-    ) -> list[TopicPartition] | None:
+    def commit(self, checkpoints: dict[Key, ChildCheckpoint]) -> None:
+        """Write checkpoints to the child's log, asynchronously: the group commit that
+        follows carries the same progress in its token, so nothing waits on this log
+        (and a rebalance callback, or a hung broker, is never held up by it)."""
         offsets = [
             TopicPartition(k[0], k[1], cp.offset, metadata=encode_child_checkpoint(cp))
             for k, cp in checkpoints.items()
         ]
-        handle = self.handle()
-        if asynchronous:
-            return handle.commit(offsets=offsets, asynchronous=True)
-        return call_bounded(
-            lambda: call_with_retries(lambda: handle.commit(offsets=offsets, asynchronous=False)),
-            self._commit_timeout if timeout_s is None else timeout_s,
-            "child checkpoint commit",
-        )
+        try:
+            self.handle().commit(offsets=offsets, asynchronous=True)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("child checkpoint commit failed: %s", exc)
 
-    def committed(self, keys: list[Key]) -> dict[Key, ChildCheckpoint]:
-        """Read the child's commit log; foreign or corrupt entries are skipped."""
+    def committed(self, keys: list[Key], timeout_s: float | None = None) -> dict[Key, Any]:
+        """Read the child's commit log: per partition the stored ``TopicPartition``
+        (librdkafka bounds the round trip by ``timeout_s``)."""
         tps = [TopicPartition(k[0], k[1]) for k in keys]
-        out: dict[Key, ChildCheckpoint] = {}
-        for tp in self.handle().committed(tps, timeout=self._timeout):
-            if tp.offset < 0:
-                continue
-            try:
-                cp = decode_child_checkpoint(tp.metadata, tp.offset)
-            except TokenError as exc:
-                log.warning("child checkpoint of %s [%d] ignored: %s", tp.topic, tp.partition, exc)
-                continue
-            if cp is not None:
-                out[(tp.topic, tp.partition)] = cp
-        return out
+        timeout = self._timeout if timeout_s is None else timeout_s
+        got = self.handle().committed(tps, timeout=timeout)
+        return {(tp.topic, tp.partition): tp for tp in got}
 
-    def retire_stale(self, added: dict[Key, tuple[int, int]]) -> None:
+    def retire_stale(self, added: dict[Key, tuple[int, int]], budget: Budget) -> None:
         """Clear checkpoints that would apply to the ranges a plan just ``added``.
 
         Such a checkpoint is from before an operator's offset reset (see
         ``checkpoint_is_stale``). It is replaced by a bare offset, which is no
-        checkpoint. The caller does this before the group's first commit of the new
-        token (only then could the checkpoint apply) and after starting the fetches, so
-        they overlap these round trips. If it fails, the records the checkpoint names are
-        skipped once more: they *were* processed, so nothing is lost; only the
-        reprocessing asked for is.
+        checkpoint, before the group can commit the new token. If this fails, the records
+        the checkpoint names are skipped once more: they *were* processed, so nothing is
+        lost; only the reprocessing asked for is.
         """
-        budget = Budget(self._timeout)
         try:
             found = call_with_retries(
-                lambda: self.committed(list(added)), max_seconds=budget.remaining()
-            )
-            retire = [
-                TopicPartition(key[0], key[1], added[key][0])
-                for key, cp in found.items()
-                if checkpoint_is_stale(cp, added[key])
-            ]
-            if not retire:
-                return
-            call_bounded(
-                lambda: call_with_retries(
-                    lambda: self.handle().commit(offsets=retire, asynchronous=False),
-                    max_seconds=budget.remaining(),
-                ),
-                budget.request_timeout(self._commit_timeout, shortest=1.0),
-                "clearing stale checkpoints",
+                lambda: self.committed(list(added), budget.request_timeout(self._timeout)),
+                max_seconds=budget.remaining(),
             )
         except KafkaException as exc:
-            log.warning(
-                "could not clear catch-up checkpoints from before an offset reset (%s): "
-                "records they name were processed before the reset and are not reprocessed",
-                exc,
-            )
+            log.warning("could not read the catch-up group's checkpoints (%s)", exc)
+            return
+        retire = []
+        for key, tp in found.items():
+            try:
+                cp = decode_child_checkpoint(tp.metadata, tp.offset) if tp.offset >= 0 else None
+            except TokenError:
+                continue
+            if cp is not None and checkpoint_is_stale(cp, added[key]):
+                retire.append(TopicPartition(key[0], key[1], added[key][0]))
+        if not retire:
+            return
+        try:
+            self.handle().commit(offsets=retire, asynchronous=True)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("could not clear stale catch-up checkpoints (%s)", exc)
             return
         log.info(
             "%s: the catch-up group's checkpoint predates an offset reset; cleared",
@@ -461,19 +542,34 @@ class Child:
         )
 
     def restart(self) -> None:
-        """A child crash: new handle, resume each partition from the child's log."""
-        log.warning("child consumer restarting: resuming from its commit log")
+        """A child crash: a new handle, each partition read again from its first pending
+        piece. No broker round trip: the ledger already holds every claim made, so a
+        restart during a broker outage loses nothing and cannot fail; the records the
+        old handle delivered but the application did not commit are delivered again."""
+        now = time.monotonic()
+        if now < self._restart_at:
+            return
+        self._restart_at = now + self._restart_wait
+        self._restart_wait = min(self._restart_wait * 2, 30.0)
+        log.warning("child consumer restarting: its partitions are read again from the ledger")
         old, self._handle = self._handle, None
         self._needs_restart = False
         if old is not None:
             with contextlib.suppress(RuntimeError, KafkaException):
                 old.close()
-        work = {k: c.state for k, c in self._cursors.items()}
+        work = {k: (c.ledger, c.epoch) for k, c in self._cursors.items()}
         self._cursors.clear()
-        checkpoints = self.committed(list(work)) if work else {}
-        for key, state in work.items():
-            cp = checkpoints.get(key)
-            if cp is not None and checkpoint_applies(cp, state.ranges):
-                state.ranges.remove(cp.start, cp.offset)
-            state.child_delivered = None  # delivered but uncommitted: deliver again
-            self.start(key, state)
+        self._backoff.clear()
+        try:
+            for key, (ledger, epoch) in work.items():
+                self.start(key, ledger, epoch)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("child consumer restart failed (%s); retrying later", exc)
+            for key, (ledger, epoch) in work.items():
+                if key not in self._cursors:
+                    piece = ledger.ranges.next_from(0)
+                    if piece is not None:
+                        self._cursors[key] = _Cursor(piece[0], piece[1], ledger, epoch)
+            self._needs_restart = True
+        else:
+            self._restart_wait = _RESTART_BACKOFF_S

@@ -185,6 +185,8 @@ def child_config(primary_conf: Mapping[str, Any], settings: ParallelConfig) -> d
 
     ``auto.offset.reset=error`` makes a range start deleted by retention surface as
     an ``_AUTO_OFFSET_RESET`` event we can report, instead of a silent jump.
+    ``enable.partition.eof=true`` tells the child where the log ends: a range whose last
+    offsets hold no record (transaction markers, aborted records) ends there.
     """
     conf = {k: v for k, v in primary_conf.items() if k not in _MEMBERSHIP_KEYS}
     conf["group.id"] = settings.catchup_group_id
@@ -193,7 +195,7 @@ def child_config(primary_conf: Mapping[str, Any], settings: ParallelConfig) -> d
     conf["enable.auto.commit"] = False
     conf["enable.auto.offset.store"] = False
     conf["auto.offset.reset"] = "error"
-    conf["enable.partition.eof"] = False
+    conf["enable.partition.eof"] = True
     # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s) whenever its queue
     # is full; a backlog reader fills it constantly, so the child waits far less
     # (measured: 1M-record drain 1.9 s instead of 7.9 s). The user's value wins.

@@ -3,33 +3,41 @@
 With ``enable.parallel.rebalance=false`` (the default) every public method is the
 primary handle's own bound method: the same behaviour at the same speed.
 
-With it on, a partition gained with a backlog larger than the threshold is read
-by two consumers: the *primary* (the user's group member) jumps to the log end
-so fresh records flow at once, and the *child* reads the skipped range
-``[committed, log end)`` until it reaches its end. ``poll()``/``consume()`` merge
-both, fresh first; ``commit()`` routes each offset to the stream it came from and
-writes both commit logs; the user's group only ever stores the safe offset.
+With it on, a partition gained with a backlog larger than the threshold is read by two
+consumers: the *primary* (the user's group member) jumps to the log end so fresh
+records flow at once, and the *child* reads the skipped range ``[committed, log end)``
+until it reaches its end. ``poll()``/``consume()`` merge both, fresh first.
+
+This module is the facade: it wires the pieces and owns the calls' time bounds.
+
+* ``_planner``/``_planning`` read both commit logs when partitions are gained and decide
+  where each stream starts;
+* ``_ledger`` keeps, per partition, what is unprocessed (the only thing the group's
+  offset is derived from);
+* ``_routing`` records what each stream handed out, so that a commit claims exactly
+  what the application's call says was processed, whenever and wherever it comes from;
+* ``_commits`` turns a ledger into the two writes, ``_child`` is the second consumer.
 
 Thread ownership: the primary and child librdkafka handles are both owned by the
-thread that calls this object's methods, exactly as a ``confluent_kafka.Consumer``
-is; do not share one ``Consumer`` between threads. Rebalance callbacks run inside
-``poll()``/``consume()`` on that same thread.
+thread that calls this object's methods, exactly as a ``confluent_kafka.Consumer`` is;
+do not share one ``Consumer`` between threads. Rebalance callbacks run inside
+``poll()``/``consume()`` on that same thread. ``call_bounded`` lends a handle to a helper
+thread only while the owner waits (a synchronous commit, ``close()``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
-    OFFSET_INVALID,
-    OFFSET_STORED,
     KafkaError,
     KafkaException,
     Message,
@@ -38,11 +46,14 @@ from confluent_kafka import (
 from confluent_kafka import Consumer as _RdConsumer
 
 from ._child import Child, ChildState, call_bounded
+from ._commits import Change, apply_change, group_write
 from ._config import ParallelConfig, child_config, split_config
-from ._ranges import RangeSet
+from ._ledger import Ledger
+from ._planner import PLAN_BUDGET_S, UNKNOWN_PARTITION, Planner, Reading
+from ._planning import Plan, plan_assignment
 from ._retry import Budget, call_with_retries
-from ._state import PartitionState, plan_assignment, restore
-from ._token import TokenTooLargeError, encode_group_token
+from ._routing import Claim, Epoch, History
+from ._token import ChildCheckpoint
 
 __all__ = ["CatchupStatus", "Consumer"]
 
@@ -60,18 +71,8 @@ _SLICE_S = 0.01
 #: Longest single wait on the primary when the child is idle: a rebalance inside
 #: that wait may start a catch-up, which must not wait for the user's whole timeout.
 _IDLE_SLICE_S = 0.2
-#: Broker round trips made on the user's behalf (committed offsets, watermarks).
-_REQUEST_TIMEOUT_S = 10.0
-#: All the round trips that plan one assignment (both commit logs, the watermarks) share
-#: this: they run inside a rebalance callback, so they hold the user's poll().
-_PLAN_BUDGET_S = 30.0
-
-#: Errors meaning the partition does not exist (any more).
-_UNKNOWN = (
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-)
+#: How long close() serves the group for its revoke before closing the handles.
+_REVOKE_WAIT_S = 10.0
 
 _PASSTHROUGH = (
     "assign", "assignment", "close", "cluster_id", "commit", "committed", "consume",
@@ -90,7 +91,7 @@ class CatchupStatus:
         pending_ranges: backlog ranges ``[start, end)`` not yet committed as processed.
         child_position: next offset the child will deliver; None when it is not
             reading this partition (finished, or never needed).
-        records_remaining: offsets pending at or after ``child_position``.
+        records_remaining: pending offsets the child has still to read.
         child_alive: the child consumer exists and is running (reading or standby).
     """
 
@@ -118,10 +119,29 @@ def _key(tp: TopicPartition) -> Key:
     return (tp.topic, tp.partition)
 
 
-def _tp(key: Key, offset: int, metadata: str | None = None) -> TopicPartition:
+def _tp(key: Key, offset: int, metadata: str = "") -> TopicPartition:
     if metadata:
         return TopicPartition(key[0], key[1], offset, metadata=metadata)
     return TopicPartition(key[0], key[1], offset)
+
+
+def _no_offset() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
+
+
+class _Assigned:
+    """A partition of the current assignment."""
+
+    __slots__ = ("checkpoint", "epoch", "ledger", "stored", "written")
+
+    def __init__(self, ledger: Ledger | None, epoch: Epoch) -> None:
+        #: What is unprocessed; None: the group's offset could not be read when the
+        #: partition was gained (the first commit reads it before writing anything).
+        self.ledger = ledger
+        self.epoch = epoch  #: what both streams handed out in this assignment
+        self.stored = False  #: store_offsets() claimed something not yet committed
+        self.checkpoint: ChildCheckpoint | None = None  #: ... and this child checkpoint
+        self.written: tuple[int, str] | None = None  #: the last group commit sent
 
 
 class Consumer:
@@ -142,39 +162,53 @@ class Consumer:
         conf.update(kwargs)
         self._settings: ParallelConfig
         self._settings, primary_conf = split_config(conf)
-        user_stats_cb = primary_conf.get("stats_cb")
-        child_conf = child_config(primary_conf, self._settings) if self._settings.enabled else {}
-        if self._settings.enabled and user_stats_cb is not None:
-            # librdkafka calls it from poll(), on the user's thread: our state is safe to read
-            primary_conf["stats_cb"] = lambda stats: user_stats_cb(self._merge_stats(stats))
-        # The primary handle: the user's group member. Owner: the user's thread.
-        self._primary = _RdConsumer(primary_conf)
         self._closed = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
         if not self._settings.enabled:
+            # The primary handle: the user's group member. Owner: the user's thread.
+            self._primary = _RdConsumer(primary_conf)
             for name in _PASSTHROUGH:
                 if name not in ("close", "subscribe"):
                     setattr(self, name, getattr(self._primary, name))
             self._child: Child | None = None
             return
+        child_conf = child_config(primary_conf, self._settings)
+        user_stats_cb = primary_conf.get("stats_cb")
+        self._child_stats: str | None = None
+        if user_stats_cb is not None:
+            # librdkafka calls these from poll(), on the user's thread: our state is safe
+            # to read. The user's callback sees one document per interval, the primary's,
+            # with the child's inside (see _merge_stats).
+            primary_conf["stats_cb"] = lambda stats: user_stats_cb(self._merge_stats(stats))
+            child_conf["stats_cb"] = self._keep_child_stats
         self._error_cb = conf.get("error_cb")
-        # librdkafka's own network request timeout bounds our synchronous commits, and
-        # twice it our close(): with a hung broker librdkafka alone would block forever.
+        # librdkafka's own network request timeout bounds our synchronous commits and,
+        # twice over, our close(): with a hung broker librdkafka alone would block forever.
         self._commit_timeout_s = _socket_timeout_s(primary_conf)
+        # The primary handle: the user's group member. Owner: the user's thread.
+        self._primary = _RdConsumer(primary_conf)
         # The child handle, created on the first backlog. Owner: the user's thread.
         self._child = Child(
-            child_conf, self._report_deleted, commit_timeout_s=self._commit_timeout_s
+            child_conf,
+            self._report_deleted,
+            report=self._report_error,
+            close_timeout_s=self._commit_timeout_s,
         )
-        self._stats_at: tuple[float, int] = (time.monotonic(), 0)
-        self._states: dict[Key, PartitionState] = {}
-        self._stored: dict[Key, int] = {}  # store_offsets() when auto store is off
-        self._stored_child: dict[Key, int] = {}
-        self._prepared: dict[Key, PartitionState] = {}  # planned during a rebalance
-        self._added: dict[Key, tuple[int, int]] = {}  # ranges planned: see Child.retire_stale
+        self._planner = Planner(self._primary, self._child)
+        self._history: dict[Key, History] = {}
+        self._assigned: dict[Key, _Assigned] = {}
+        self._readings: dict[Key, Reading] = {}  # read for an assignment being delivered
         self._in_rebalance = False
         self._assigned_in_callback = False
+        # True while librdkafka's position() may count records the application has not
+        # been handed: inside the primary's consume() (records collected for the batch),
+        # and while close() drains the last rebalance (records fetched, then dropped).
+        self._untrusted_position = False
+        self._revoked_in_call: set[Key] = set()
         self._subscribed = False
         self._fair = 0
+        self._warned_offsets = False
+        self._stats_at: tuple[float, int] = (time.monotonic(), 0)
         # The child's partitions being read (its own dict, shared): empty in steady state.
         self._reading = self._child._cursors
         self._auto_due = (
@@ -211,24 +245,33 @@ class Consumer:
             return {}
         alive = self._child.alive
         out = {}
-        for key, st in self._states.items():
-            if not st.ranges:
-                continue
+        for key, a in self._assigned.items():
             pos = self._child.position(key)
-            remaining = st.ranges.copy()
-            if st.child_delivered is not None:
-                remaining.remove_below(st.child_delivered)
-            out[key] = CatchupStatus(st.ranges.as_tuple(), pos, remaining.count(), alive)
+            ranges = a.ledger.ranges if a.ledger is not None else None
+            if not ranges and pos is None:
+                continue
+            remaining = 0
+            if pos is not None and ranges:
+                remaining = sum(e - max(s, pos) for s, e in ranges if e > pos)
+            out[key] = CatchupStatus(ranges.as_tuple() if ranges else (), pos, remaining, alive)
         return out
 
+    def _keep_child_stats(self, stats: str) -> None:
+        self._child_stats = stats
+
     def _merge_stats(self, stats: str) -> str:
-        """librdkafka's statistics JSON plus a ``fastrebalance`` object, so that an
-        existing stats pipeline picks up catch-up progress with no new plumbing."""
+        """librdkafka's statistics JSON plus a ``fastrebalance`` object (with the child
+        handle's own statistics under ``child``), so that an existing stats pipeline picks
+        up catch-up progress with no new plumbing and counts every client once."""
         try:
             data = json.loads(stats)
         except ValueError:
             return stats
-        data["fastrebalance"] = self.catchup_metrics()
+        ours = self.catchup_metrics()
+        if self._child_stats is not None:
+            with contextlib.suppress(ValueError):
+                ours["child"] = json.loads(self._child_stats)
+        data["fastrebalance"] = ours
         return json.dumps(data)
 
     def catchup_metrics(self) -> dict[str, Any]:
@@ -303,15 +346,17 @@ class Consumer:
     def _on_assign(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance, self._assigned_in_callback = True, False
         try:
-            planned = self._prepare(partitions)
+            self._readings = self._read(partitions)
             if self._user_callbacks[0] is not None:
-                self._user_callbacks[0](self, planned)
+                # what confluent-kafka would pass: the catch-up plan is applied when these
+                # are handed to assign(), or when the callback returns
+                given = [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in partitions]
+                self._user_callbacks[0](self, given)
             if not self._assigned_in_callback:
-                self._apply_assignment(planned, incremental=self._settings.incremental)
+                self._apply_assignment(partitions, incremental=self._settings.incremental)
         finally:
             self._in_rebalance = False
-            self._prepared.clear()
-            self._added = {}
+            self._readings = {}
 
     def _on_revoke(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
@@ -320,200 +365,74 @@ class Consumer:
                 self._user_callbacks[1](self, partitions)
             keys = [_key(tp) for tp in partitions]
             if self._settings.auto_commit:
-                self._commit_quietly(self._delivered(keys), asynchronous=False)
-            self._forget(keys)
+                self._auto_commit(keys)
+            self._retire(keys)
         finally:
             self._in_rebalance = False
 
     def _on_lost(self, _handle: Any, partitions: list[TopicPartition]) -> None:
-        # confluent-kafka calls on_revoke when no on_lost is given: so do we
-        user_cb = self._user_callbacks[2] or self._user_callbacks[1]
-        if user_cb is not None:
-            user_cb(self, partitions)
-        keys = [_key(tp) for tp in partitions]
-        if self._settings.auto_commit and self._child is not None:
-            # The group commit would be fenced; the child's own log still accepts
-            # its checkpoints, so the next owner resumes the backlog from there.
-            updates = [u for u in self._delivered(keys) if self._is_child_update(u)]
-            self._commit_quietly(updates, asynchronous=False, group=False)
-        self._forget(keys)
+        self._in_rebalance = True
+        try:
+            # confluent-kafka calls on_revoke when no on_lost is given: so do we
+            user_cb = self._user_callbacks[2] or self._user_callbacks[1]
+            if user_cb is not None:
+                user_cb(self, partitions)
+            keys = [_key(tp) for tp in partitions]
+            if self._settings.auto_commit:
+                # The group commit would be fenced; the child's own log still accepts
+                # its checkpoints, so the next owner resumes the backlog from there.
+                self._auto_commit(keys, group=False)
+            self._retire(keys)
+        finally:
+            self._in_rebalance = False
 
-    def _is_child_update(self, update: tuple[Key, int, str | None]) -> bool:
-        st = self._states.get(update[0])
-        return st is not None and st.is_child_offset(update[1] - 1)
-
-    def _forget(self, keys: list[Key]) -> None:
+    def _retire(self, keys: Iterable[Key]) -> None:
+        """The partitions leave the assignment: freeze what the primary handed out (their
+        history stays, for late commits), stop the child, and never return their records
+        from the call under way."""
+        keys = [k for k in keys if k in self._assigned]
+        if not keys:
+            return
+        handed = self._handed_positions(keys)
+        for k in keys:
+            self._assigned.pop(k).epoch.close(handed.get(k))
         assert self._child is not None
         self._child.forget(keys)
-        for k in keys:
-            self._states.pop(k, None)
-            self._stored.pop(k, None)
-            self._stored_child.pop(k, None)
+        self._revoked_in_call.update(keys)
 
-    def _prepare(self, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
-        """Read both commit logs and the watermarks; decide each partition's start.
-
-        Returns copies of ``partitions`` with the primary's start offsets filled in
-        (the log end for a partition that catches up).
-        """
-        assert self._child is not None
+    def _read(self, partitions: list[TopicPartition]) -> dict[Key, Reading]:
         if self._closed:
-            # An assignment delivered inside close(), revoked right after: planning would
+            # An assignment delivered inside close(), revoked right after: reading would
             # only wait on a group that is leaving (librdkafka answers no OffsetFetch while
-            # it terminates: 3 timeouts). Nothing is read, so nothing needs a plan.
-            for tp in partitions:
-                self._prepared[_key(tp)] = PartitionState(None, RangeSet(), None)
-            self._added = {}
-            return [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in partitions]
-        budget = Budget(_PLAN_BUDGET_S)
-        self._added = {}
-        todo = [tp for tp in partitions if tp.offset in (OFFSET_INVALID, OFFSET_STORED)]
-        out = []
-        committed: dict[Key, TopicPartition] = {}
-        if todo:
-            try:
-                got = call_with_retries(
-                    lambda: self._primary.committed(
-                        [TopicPartition(tp.topic, tp.partition) for tp in todo],
-                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
-                    ),
-                    max_seconds=budget.remaining(),
-                )
-                committed = {_key(tp): tp for tp in got}
-            except KafkaException as exc:
-                # Without committed offsets there is nothing to plan: let librdkafka
-                # resume from them itself, as a plain consumer would.
-                log.error("cannot read committed offsets, no catch-up this time: %s", exc)
-        needs_child_log = [
-            k for k, tp in committed.items() if tp.metadata and tp.metadata.startswith("~fr")
-        ]
-        checkpoints = {}
-        if needs_child_log:
-            try:
-                raw = call_with_retries(
-                    lambda: self._child.handle().committed(
-                        [TopicPartition(*k) for k in needs_child_log],
-                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
-                    ),
-                    max_seconds=budget.remaining(),
-                )
-                checkpoints = {_key(tp): tp for tp in raw}
-            except KafkaException as exc:
-                log.warning("cannot read the child's commit log; backlog re-read: %s", exc)
-        restored_by_key = {}
-        for tp in partitions:
-            key = _key(tp)
-            g = committed.get(key)
-            if g is None:
-                continue
-            c = checkpoints.get(key)
-            restored = restore(
-                g.offset, g.metadata, c.offset if c else -1, c.metadata if c else None
-            )
-            if restored.problem:
-                log.warning(
-                    "%s [%d]: %s; using offset %d", key[0], key[1], restored.problem, g.offset
-                )
-            elif g.metadata and not g.metadata.startswith("~fr") and g.offset >= 0:
-                log.info(
-                    "%s [%d]: committed metadata is not a fastrebalance token (another tool's "
-                    "or the application's): offset %d used as is, metadata kept",
-                    key[0],
-                    key[1],
-                    g.offset,
-                )
-            restored_by_key[key] = restored
-        watermarks = self._watermarks(
-            [k for k, r in restored_by_key.items() if r.position is not None], budget
-        )
-        for tp in partitions:
-            key = _key(tp)
-            if key not in restored_by_key:
-                self._prepared[key] = PartitionState(None, RangeSet(), None)
-                out.append(TopicPartition(tp.topic, tp.partition, tp.offset))
-                continue
-            start, state, new_range = self._plan_one(key, restored_by_key[key], watermarks.get(key))
-            self._prepared[key] = state
-            out.append(TopicPartition(tp.topic, tp.partition, start))
-            if new_range is not None:
-                self._added[key] = new_range
-        return out
+            # it terminates). Nothing is read, so nothing needs a plan.
+            return {}
+        return self._planner.read(partitions)
 
-    def _watermarks(
-        self, keys: list[Key], budget: Budget
-    ) -> dict[Key, tuple[int, int] | KafkaException]:
-        """Both ends of every partition's log: two round trips for the whole assignment.
-
-        ``get_watermark_offsets`` asks per partition, so planning a large assignment cost
-        one broker round trip per partition inside the rebalance callback. A ListOffsets
-        for the earliest and the latest offsets of all partitions at once answers the same
-        question; a partition it has no answer for is asked again on its own, so a
-        per-partition error (unknown partition, leader moving) is retried and reported
-        exactly as before.
-        """
-        out: dict[Key, tuple[int, int] | KafkaException] = {}
-        if not keys:
-            return out
-        ends: dict[Key, list[int]] = {k: [] for k in keys}
-        spent = KafkaException(
-            KafkaError(KafkaError._TIMED_OUT, f"planning took its whole {_PLAN_BUDGET_S:g}s")
-        )
-        try:
-            for which in (OFFSET_BEGINNING, OFFSET_END):
-                got = call_with_retries(
-                    lambda which=which: self._primary.offsets_for_times(
-                        [TopicPartition(k[0], k[1], which) for k in keys],
-                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
-                    ),
-                    max_seconds=budget.remaining(),
-                )
-                for tp in got:
-                    if tp.error is None and tp.offset >= 0 and _key(tp) in ends:
-                        ends[_key(tp)].append(tp.offset)
-        except KafkaException as exc:
-            log.debug("batched watermarks failed (%s): asking per partition", exc)
-        for key in keys:
-            pair = ends[key]
-            if len(pair) == 2:
-                out[key] = (pair[0], pair[1])
-                continue
-            if budget.remaining() == 0:
-                out[key] = spent
-                continue
-            try:
-                out[key] = call_with_retries(
-                    lambda key=key: self._primary.get_watermark_offsets(
-                        TopicPartition(*key),
-                        timeout=budget.request_timeout(_REQUEST_TIMEOUT_S),
-                        cached=False,
-                    ),
-                    max_seconds=budget.remaining(),
-                )
-            except KafkaException as exc:
-                out[key] = exc
-        return out
-
-    def _plan_one(
-        self, key: Key, restored: Any, watermarks: tuple[int, int] | KafkaException | None
-    ) -> tuple[int, PartitionState, tuple[int, int] | None]:
-        """The primary's start, the partition's state, and the range this plan added."""
-        if restored.position is None:
-            return OFFSET_INVALID, PartitionState(None, RangeSet(), None), None
-        if isinstance(watermarks, tuple):
-            low, high = watermarks
+    def _plan(self, key: Key, reading: Reading, requested: int) -> Plan | None:
+        restored = reading.restored
+        if restored is None:
+            return None
+        marks = reading.watermarks
+        if isinstance(marks, tuple):
+            low, high = marks
         else:
-            assert watermarks is not None  # asked for every partition with a position
-            exc = watermarks
-            log.warning("%s [%d]: no watermarks (%s): resuming without a new catch-up", *key, exc)
-            low, high = 0, restored.position
-            if restored.ranges and exc.args[0].code() in _UNKNOWN:
-                self._report(
-                    exc.args[0].code(),
-                    f"{key[0]} [{key[1]}] is unknown to the cluster (topic deleted?): its "
-                    f"pending backlog {restored.ranges.as_tuple()[:5]} cannot be read; it "
-                    "stays pending, so the committed offset does not move past it",
+            low, high = 0, restored.position if restored.position is not None else 0
+            if restored.position is not None:
+                log.warning(
+                    "%s [%d]: no watermarks (%s): resuming without a new catch-up", *key, marks
                 )
-        if restored.position > high:
+                if (
+                    restored.ranges
+                    and isinstance(marks, KafkaException)
+                    and marks.args[0].code() in UNKNOWN_PARTITION
+                ):
+                    self._report(
+                        marks.args[0].code(),
+                        f"{key[0]} [{key[1]}] is unknown to the cluster (topic deleted?): its "
+                        f"pending backlog {restored.ranges.as_tuple()[:5]} cannot be read; it "
+                        "stays pending, so the committed offset does not move past it",
+                    )
+        if restored.position is not None and restored.position > high:
             log.warning(
                 "%s [%d]: committed offset %d is beyond the log end %d (committed by hand? "
                 "topic recreated? log truncated?): the primary starts there and librdkafka "
@@ -523,7 +442,7 @@ class Consumer:
                 high,
                 restored.position,
             )
-        plan = plan_assignment(restored, low, high, self._settings.lag_threshold)
+        plan = plan_assignment(restored, low, high, self._settings.lag_threshold, requested)
         for start, end in plan.deleted:
             self._report_deleted(key[0], key[1], start, end)
         if plan.caught_up is not None:
@@ -533,81 +452,75 @@ class Consumer:
                 key[1],
                 restored.position,
                 high,
-                plan.start,
+                plan.floor,
                 *plan.caught_up,
             )
-        assert plan.start is not None
-        state = PartitionState(plan.start, plan.ranges, plan.start, restored.user_metadata)
-        return plan.start, state, plan.caught_up
+        return plan
 
-    def _apply_assignment(self, planned: list[TopicPartition], incremental: bool) -> None:
-        """Hand the planned offsets to the primary, then start the child's ranges."""
+    def _apply_assignment(self, partitions: list[TopicPartition], incremental: bool) -> None:
+        """Plan each partition (unless the application chose its offset), hand the
+        starts to the primary, open the partitions' epochs, start the child's ranges."""
         assert self._child is not None
-        if incremental:
-            self._primary.incremental_assign(planned)
-        else:
-            self._primary.assign(planned)
-            keep = {_key(tp) for tp in planned}
-            self._forget([k for k in self._states if k not in keep])
-        added, self._added = self._added, {}
-        for tp in planned:
+        readings = self._readings if self._in_rebalance else self._read(list(partitions))
+        plans: dict[Key, Plan | None] = {}
+        starts = []
+        for tp in partitions:
             key = _key(tp)
-            state = self._prepared.pop(key, None) or PartitionState(None, RangeSet(), None)
-            self._states[key] = state
-            if state.ranges:
-                self._child.start(key, state)
-            if key in added and not state.ranges.range_containing(added[key][1] - 1):
-                del added[key]  # the application chose its own offset: nothing to read
+            plan = self._plan(key, readings.get(key, Reading(None)), tp.offset)
+            plans[key] = plan
+            start = tp.offset if plan is None or plan.start is None else plan.start
+            starts.append(TopicPartition(tp.topic, tp.partition, start))
+        if incremental:
+            self._primary.incremental_assign(starts)
+        else:
+            self._primary.assign(starts)
+            keep = set(plans)
+            self._retire([k for k in self._assigned if k not in keep])
+        added: dict[Key, tuple[int, int]] = {}
+        for key, plan in plans.items():
+            history = self._history.setdefault(key, History())
+            self._revoked_in_call.discard(key)
+            if plan is None:
+                # Unplanned: no ledger yet, and the primary's stream is the only one.
+                self._assigned[key] = _Assigned(None, history.begin(0, 0))
+                continue
+            epoch = history.begin(plan.floor, plan.run_start)
+            self._assigned[key] = _Assigned(plan.ledger, epoch)
+            first = plan.ledger.ranges.first()
+            if first is not None and plan.run_start > first:
+                self._child.start(key, plan.ledger, epoch)
+            if plan.caught_up is not None:
+                added[key] = plan.caught_up
         if added:
             # After the fetches started (they overlap these round trips), before anything
             # can be committed: we still hold the user's thread.
-            self._child.retire_stale(added)
+            self._child.retire_stale(added, Budget(PLAN_BUDGET_S))
         if self._in_rebalance:
             self._assigned_in_callback = True
-
-    def _with_overrides(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """Offsets given by the application win; the plan covers the rest."""
-        planned = []
-        for tp in partitions:
-            key = _key(tp)
-            state = self._prepared.get(key)
-            if state is None or tp.offset in (OFFSET_INVALID, OFFSET_STORED):
-                start = state.floor if state is not None and state.floor is not None else tp.offset
-                planned.append(TopicPartition(tp.topic, tp.partition, start))
-                continue
-            if tp.offset < 0:  # OFFSET_BEGINNING / OFFSET_END: a plain consumer's choice
-                self._prepared[key] = PartitionState(None, RangeSet(), None)
-            # An absolute offset only moves where the primary reads: what was processed
-            # is unchanged; offsets both streams now read come twice, none is skipped.
-            planned.append(TopicPartition(tp.topic, tp.partition, tp.offset))
-        return planned
 
     # -------------------------------------------------------- assignment API
     def assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        self._assign(partitions, incremental=False)
+        self._apply_assignment(partitions, incremental=False)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        self._assign(partitions, incremental=True)
-
-    def _assign(self, partitions: list[TopicPartition], incremental: bool) -> None:
-        if self._in_rebalance:  # called from the application's on_assign: plan exists
-            self._apply_assignment(self._with_overrides(partitions), incremental)
-            return
-        planned = self._prepare(partitions)
-        try:
-            self._apply_assignment(planned, incremental)
-        finally:
-            self._prepared.clear()
-            self._added = {}
+        self._apply_assignment(partitions, incremental=True)
 
     def unassign(self) -> None:
-        self._forget(list(self._states))
+        """As confluent-kafka's, with its auto-commit of what was handed out."""
+        keys = list(self._assigned)
+        if self._settings.auto_commit and keys:
+            self._auto_commit(keys)
+        self._retire(keys)
         self._primary.unassign()
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
-        self._forget([_key(tp) for tp in partitions])
+        """As confluent-kafka's, with its auto-commit of what was handed out."""
+        keys = [_key(tp) for tp in partitions]
+        if self._settings.auto_commit:
+            self._auto_commit(keys)
+        self._retire(keys)
         self._primary.incremental_unassign(partitions)
 
     def assignment(self) -> list[TopicPartition]:
@@ -631,13 +544,15 @@ class Consumer:
         return self._poll_slow(_rest(timeout, now))
 
     def _poll_slow(self, timeout: float | None) -> Message | None:
+        # Each step returns as soon as it has a record: a record is never held while
+        # another call that may run a rebalance callback is made.
         child = self._child
         assert child is not None
         now = time.monotonic()
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
             if now >= self._auto_due:
-                self._auto_commit(now)
+                self._tick_auto_commit(now)
             if child.active:
                 if self._fair >= CHILD_SHARE:
                     got = child.consume(1)
@@ -675,11 +590,25 @@ class Consumer:
         if self._reading or now >= self._auto_due:
             return self._consume_slow(num_messages, timeout)
         if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
-            return self._primary.consume(num_messages, timeout)
-        msgs = self._primary.consume(num_messages, _IDLE_SLICE_S)
+            return self._batch(num_messages, timeout)
+        msgs = self._batch(num_messages, _IDLE_SLICE_S)
         if msgs:
             return msgs
         return self._consume_slow(num_messages, _rest(timeout, now))
+
+    def _batch(self, num: int, timeout: float) -> list[Message]:
+        """The primary's consume(). A rebalance callback inside it sees a position()
+        that counts records collected for this batch, so it must not trust it; records
+        of partitions revoked inside it are not returned (the new owner reads them)."""
+        self._untrusted_position = True
+        try:
+            msgs = self._primary.consume(num, timeout)
+        finally:
+            self._untrusted_position = False
+        if self._revoked_in_call:
+            gone, self._revoked_in_call = self._revoked_in_call, set()
+            msgs = [m for m in msgs if (m.topic(), m.partition()) not in gone]
+        return msgs
 
     def _consume_slow(self, num: int, timeout: float | None) -> list[Message]:
         child = self._child
@@ -691,15 +620,15 @@ class Consumer:
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
             if now >= self._auto_due:
-                self._auto_commit(now)
+                self._tick_auto_commit(now)
             if child.active:
+                # One call on the primary (which may run a rebalance callback), then the
+                # child's: never back to the primary while records are held for the batch.
                 reserve = num // CHILD_SHARE
                 if reserve == 0 and self._fair >= CHILD_SHARE:
                     reserve = 1
-                fresh = self._primary.consume(num - reserve, 0) if num > reserve else []
+                fresh = self._batch(num - reserve, 0) if num > reserve else []
                 backlog = child.consume(num - len(fresh))
-                if len(fresh) + len(backlog) < num and len(fresh) == num - reserve and reserve:
-                    fresh += self._primary.consume(num - len(fresh) - len(backlog), 0)
                 if backlog:
                     self._fair = 0
                 elif fresh:
@@ -714,11 +643,99 @@ class Consumer:
                 if remaining <= 0:
                     return []
                 wait = min(wait, remaining)
-            msgs = self._primary.consume(num, wait)
+            msgs = self._batch(num, wait)
             if msgs:
                 self._fair += 1
                 return msgs
             now = time.monotonic()
+
+    # -------------------------------------------------------- what was handed
+    def _handed_positions(self, keys: list[Key]) -> dict[Key, int]:
+        """The primary's position for ``keys``: the next offset it will hand out, so
+        everything below was handed out. Unknown (empty) inside a consume() batch, where
+        librdkafka's position already counts records the application has not got."""
+        if self._untrusted_position or not keys:
+            return {}
+        try:
+            tps = self._primary.position([TopicPartition(*k) for k in keys])
+        except KafkaException:
+            return {}
+        out = {}
+        for tp in tps:
+            key = _key(tp)
+            if tp.offset >= 0:
+                out[key] = tp.offset
+                a = self._assigned.get(key)
+                if a is not None:
+                    a.epoch.primary[-1].reach(tp.offset)
+        return out
+
+    def _handed_changes(self, keys: list[Key]) -> dict[Key, Change]:
+        """A bare commit: everything each stream handed out (or, with
+        enable.auto.offset.store=false, what store_offsets() claimed)."""
+        changes: dict[Key, Change] = {}
+        auto_store = self._settings.auto_offset_store
+        handed = self._handed_positions(keys) if auto_store else {}
+        for key in keys:
+            a = self._assigned.get(key)
+            if a is None:
+                continue
+            if auto_store:
+                claims = a.epoch.handed_claims(handed.get(key))
+                if claims:
+                    changes[key] = Change()
+                    changes[key].claims = claims
+            elif a.stored:
+                changes[key] = Change()
+        return changes
+
+    def _record_claim(self, key: Key, offset: int) -> Claim:
+        history = self._history.get(key)
+        if history is None:
+            return Claim(offset, offset + 1, exact=False)
+        live = None
+        if history.current is not None:
+            live = self._handed_positions([key]).get(key)
+        return history.record_claim(offset, live)
+
+    def _offset_changes(self, offsets: list[TopicPartition]) -> dict[Key, Change]:
+        """commit(offsets=)/store_offsets(offsets=): each offset is a position of the
+        primary's stream (see _routing.Epoch.position_claim), and a rewind below it."""
+        changes: dict[Key, Change] = {}
+        for tp in offsets:
+            if tp.offset < 0:
+                continue  # as librdkafka: a logical offset is not committed
+            key = _key(tp)
+            change = changes.setdefault(key, Change())
+            change.metadata = tp.metadata or ""
+            change.rewind = tp.offset
+            history = self._history.get(key)
+            if history is None:
+                change.position = tp.offset
+                continue
+            live = None
+            if history.current is not None:
+                live = self._handed_positions([key]).get(key)
+            claim = history.position_claim(tp.offset, live)
+            if claim is not None:
+                change.claims.append(claim)
+            a = self._assigned.get(key)
+            if (
+                not self._warned_offsets
+                and a is not None
+                and a.ledger is not None
+                and tp.offset in a.ledger.ranges
+            ):
+                self._warned_offsets = True
+                log.warning(
+                    "%s [%d]: commit(offsets=) at %d, inside a pending backlog range, is a "
+                    "position of the primary's stream (a rewind): it cannot say which backlog "
+                    "records were processed. Commit backlog records with commit(message=), "
+                    "store_offsets(message=) or commit() (logged once)",
+                    *key,
+                    tp.offset,
+                )
+        return changes
 
     # ------------------------------------------------------------- commits
     def commit(
@@ -727,12 +744,14 @@ class Consumer:
         offsets: list[TopicPartition] | None = None,
         asynchronous: bool = True,
     ) -> list[TopicPartition] | None:
-        """Commit processed offsets, routed to the stream each came from.
+        """Commit processed offsets; each claim follows the stream it came from.
 
-        A backlog (child) offset goes to the child's commit log; every other one to
-        the primary's. The user's group always stores the *safe* offset (lowest
-        unprocessed), with the primary's position and pending ranges in its
-        metadata. Without arguments, commits what each stream has delivered.
+        ``message``: that record and every record its stream delivered before it.
+        ``offsets``: positions of the primary's stream (a backlog record is committed by
+        message); a lower offset than before is a rewind, honoured. Nothing: everything
+        both streams handed out. The user's group always stores the *safe* offset (lowest
+        unprocessed) with the rest in a range token; works for partitions that already
+        left the assignment too. A synchronous commit returns within ``socket.timeout.ms``.
 
         Returns:
             For a synchronous commit, the partitions as the group stored them.
@@ -746,14 +765,18 @@ class Consumer:
                 raise KafkaException(
                     KafkaError(KafkaError._INVALID_ARG, "cannot commit an error event")
                 )
-            updates = [((message.topic(), message.partition()), message.offset() + 1, None)]
+            key = (message.topic(), message.partition())
+            changes = {key: Change()}
+            changes[key].claims.append(self._record_claim(key, message.offset()))
         elif offsets is not None:
-            updates = [(_key(tp), tp.offset, tp.metadata) for tp in offsets]
+            changes = self._offset_changes(offsets)
+            if not changes:
+                raise _no_offset()
         else:
-            updates = self._delivered(list(self._states))
-            if not updates:  # as librdkafka: nothing consumed, nothing to commit
-                raise KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
-        return self._commit(updates, asynchronous)
+            changes = self._handed_changes(list(self._assigned))
+            if not changes:  # as librdkafka: nothing consumed, nothing to commit
+                raise _no_offset()
+        return self._write(changes, asynchronous)
 
     def commit_sync(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None
@@ -773,160 +796,148 @@ class Consumer:
     def store_offsets(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None
     ) -> None:
-        """As confluent-kafka's (enable.auto.offset.store=false); kept per stream."""
+        """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
+        written by the next commit() or auto-commit."""
         if message is not None:
             self._primary.store_offsets(message=message)
-            items = [((message.topic(), message.partition()), message.offset() + 1)]
+            key = (message.topic(), message.partition())
+            changes = {key: Change()}
+            changes[key].claims.append(self._record_claim(key, message.offset()))
         else:
             self._primary.store_offsets(offsets=offsets)
-            items = [(_key(tp), tp.offset) for tp in offsets or []]
-        for key, offset in items:
-            st = self._states.get(key)
-            if st is not None and st.is_child_offset(offset - 1):
-                self._stored_child[key] = offset
-            else:
-                self._stored[key] = offset
+            changes = self._offset_changes(offsets or [])
+        for key, change in changes.items():
+            a = self._assigned.get(key)
+            if a is None or a.ledger is None:
+                continue  # librdkafka stores only for assigned partitions
+            cp = apply_change(a.ledger, change)
+            if cp is not None:
+                a.checkpoint = cp
+            a.stored = True
 
-    def _delivered(self, keys: list[Key]) -> list[tuple[Key, int, str | None]]:
-        """What each stream has handed to the application (or it stored)."""
-        updates: list[tuple[Key, int, str | None]] = []
-        if self._settings.auto_offset_store:
-            if keys:
-                tps = self._primary.position([TopicPartition(*k) for k in keys])
-                updates += [(_key(tp), tp.offset, None) for tp in tps if tp.offset >= 0]
-            for k in keys:
-                st = self._states.get(k)
-                if st is not None and st.child_delivered is not None:
-                    updates.append((k, st.child_delivered, None))
-        else:
-            updates += [(k, self._stored[k], None) for k in keys if k in self._stored]
-            updates += [(k, self._stored_child[k], None) for k in keys if k in self._stored_child]
-        return updates
-
-    def _auto_commit(self, now: float) -> None:
-        self._auto_due = now + self._settings.auto_commit_interval_s
-        # Positions read before this poll fetches anything: the records they cover
-        # were returned by earlier calls, so the application is done with them.
-        self._commit_quietly(self._delivered(list(self._states)), asynchronous=True)
-
-    def _commit_quietly(
-        self, updates: list[tuple[Key, int, str | None]], asynchronous: bool, group: bool = True
-    ) -> None:
+    def _auto_commit(self, keys: list[Key], group: bool = True) -> None:
+        """librdkafka's auto-commit, emulated (its own would store the primary's position,
+        past the backlog): asynchronous, so a revoke or an unassign on a hung broker is
+        not held up, and unchanged partitions are not written again."""
+        changes = self._handed_changes(keys)
+        if not changes:
+            return
         try:
-            self._commit(updates, asynchronous, group=group)
+            self._write(changes, asynchronous=True, group=group, only_changed=True)
         except (KafkaException, RuntimeError) as exc:
             log.warning("automatic commit failed (offsets stay safe, records may repeat): %s", exc)
 
-    def _commit(
+    def _tick_auto_commit(self, now: float) -> None:
+        self._auto_due = now + self._settings.auto_commit_interval_s
+        # Positions read before this poll fetches anything: the records they cover
+        # were returned by earlier calls, so the application is done with them.
+        self._auto_commit(list(self._assigned))
+
+    def _write(
         self,
-        updates: list[tuple[Key, int, str | None]],
+        changes: dict[Key, Change],
         asynchronous: bool,
         group: bool = True,
+        only_changed: bool = False,
     ) -> list[TopicPartition] | None:
+        """Apply ``changes`` and write both logs: the child's checkpoints (asynchronously:
+        the group's token carries the same progress), then the group's safe offsets."""
         assert self._child is not None
-        plain: list[TopicPartition] = []
-        touched: list[Key] = []
-        checkpoints = {}
-        for key, offset, metadata in updates:
-            st = self._states.get(key)
-            if st is None or offset < 0:
-                plain.append(_tp(key, offset, metadata))
+        budget = Budget(self._commit_timeout_s)
+        ledgers: dict[Key, Ledger] = {}
+        unknown = []
+        for key in changes:
+            a = self._assigned.get(key)
+            if a is not None and a.ledger is not None:
+                ledgers[key] = a.ledger
+            else:
+                unknown.append(key)
+        if unknown:
+            # Not ours now (revoked, lost, never assigned) or never read: what the group
+            # stores is read first, so the write keeps every pending range it holds.
+            for key, restored in self._planner.read_logs(unknown, budget).items():
+                ledgers[key] = restored.ledger()
+                a = self._assigned.get(key)
+                if a is not None:
+                    a.ledger = ledgers[key]
+        checkpoints: dict[Key, ChildCheckpoint] = {}
+        writes = []
+        max_bytes = self._settings.metadata_max_bytes
+        for key, change in changes.items():
+            ledger = ledgers.get(key)
+            if ledger is None:
                 continue
-            if metadata is not None and not st.is_child_offset(offset - 1):
-                st.user_metadata = metadata
-            cp = st.commit(offset)
+            cp = apply_change(ledger, change)
+            a = self._assigned.get(key)
+            if a is not None:
+                cp = cp or a.checkpoint
+                a.checkpoint = None
             if cp is not None:
                 checkpoints[key] = cp
-            if key not in touched:
-                touched.append(key)
-        # One budget for both logs: a synchronous commit() returns within socket.timeout.ms
-        # (and a second at most: the group commit, which carries the same progress in its
-        # token, is always tried).
-        budget = Budget(self._commit_timeout_s)
+            gw = group_write(ledger, change.metadata, max_bytes)
+            if gw is None:
+                continue
+            if gw.coalesced is not None:
+                log.info(
+                    "%s [%d]: %d pending ranges coalesced to %d to fit %d bytes of metadata",
+                    key[0],
+                    key[1],
+                    len(ledger.ranges),
+                    len(gw.coalesced),
+                    max_bytes,
+                )
+                ledger.pend(gw.coalesced)
+                self._child.refresh(key)
+            if only_changed and a is not None and a.written == (gw.offset, gw.metadata):
+                continue
+            writes.append((key, gw.offset, gw.metadata))
         if checkpoints:
-            try:
-                self._child.commit(checkpoints, asynchronous, timeout_s=budget.remaining())
-            except KafkaException as exc:
-                # The group commit below carries the same progress in its token.
-                log.warning("child checkpoint commit failed: %s", exc)
+            self._child.commit(checkpoints)
         if not group:
             return None
-        offsets = plain + [tp for tp in (self._group_offset(k) for k in touched) if tp is not None]
-        if not offsets:
+        if not writes:
             return None if asynchronous else []
+        offsets = [_tp(k, offset, metadata) for k, offset, metadata in writes]
+        result = self._commit_group(offsets, asynchronous, budget)
+        for key, offset, metadata in writes:
+            a = self._assigned.get(key)
+            if a is not None:
+                a.written = (offset, metadata)
+                a.stored = False
+        return result
+
+    def _commit_group(
+        self, offsets: list[TopicPartition], asynchronous: bool, budget: Budget
+    ) -> list[TopicPartition] | None:
         if asynchronous:
             self._primary.commit(offsets=offsets, asynchronous=True)
             return None
 
         def commit() -> list[TopicPartition] | None:
             return call_with_retries(
-                lambda: self._primary.commit(offsets=offsets, asynchronous=False)
+                lambda: self._primary.commit(offsets=offsets, asynchronous=False),
+                max_seconds=budget.remaining(),
             )
 
-        if self._in_rebalance:
-            # librdkafka is serving this handle's rebalance on this very thread: a commit
-            # from another thread is not answered until the callback returns (measured:
-            # close() stalled for the whole timeout). The caller (poll() or close()) is
-            # bounded already.
-            return commit()
+        # librdkafka queues an OffsetCommit until a coordinator answers: the wait is ours.
         return call_bounded(
             commit, budget.request_timeout(self._commit_timeout_s, shortest=1.0), "commit"
         )
-
-    def _group_offset(self, key: Key) -> TopicPartition | None:
-        st = self._states[key]
-        token = st.token()
-        if token is None:
-            if st.position is None:
-                return None
-            return _tp(key, st.position, st.user_metadata)
-        try:
-            text, written = encode_group_token(token, self._settings.metadata_max_bytes)
-        except TokenTooLargeError as exc:
-            raise KafkaException(
-                KafkaError(KafkaError.OFFSET_METADATA_TOO_LARGE, str(exc))
-            ) from None
-        if written.ranges != token.ranges:
-            log.info(
-                "%s [%d]: %d pending ranges coalesced to %d to fit %d bytes of metadata",
-                key[0],
-                key[1],
-                len(token.ranges),
-                len(written.ranges),
-                self._settings.metadata_max_bytes,
-            )
-            st.ranges = RangeSet(written.ranges)
-            assert self._child is not None
-            self._child.refresh(key)
-        return TopicPartition(key[0], key[1], written.safe_offset, metadata=text)
 
     def committed(
         self, partitions: list[TopicPartition], timeout: float | None = None
     ) -> list[TopicPartition]:
         """Per partition, the lowest offset not yet processed, from both commit logs:
         the child's progress while a range is pending, the primary's offset after."""
-        assert self._child is not None
-        kwargs = {} if timeout is None else {"timeout": timeout}
-        group = self._primary.committed(partitions, **kwargs)
-        ours = [tp for tp in group if tp.metadata and tp.metadata.startswith("~fr")]
-        child = {}
-        if ours:
-            child = {
-                _key(tp): tp
-                for tp in self._child.handle().committed(
-                    [TopicPartition(tp.topic, tp.partition) for tp in ours], **kwargs
-                )
-            }
+        budget = Budget(timeout if timeout is not None and timeout >= 0 else 3600.0)
+        keys = [_key(tp) for tp in partitions]
+        restored = self._planner.read_logs(keys, budget)
         out = []
-        for tp in group:
-            c = child.get(_key(tp))
-            restored = restore(
-                tp.offset, tp.metadata, c.offset if c else -1, c.metadata if c else None
-            )
-            offset = restored.safe_offset
-            out.append(
-                _tp(_key(tp), tp.offset if offset is None else offset, restored.user_metadata)
-            )
+        for key in keys:
+            r = restored.get(key)
+            safe = r.safe_offset if r is not None else None
+            metadata = r.user_metadata if r is not None else ""
+            out.append(_tp(key, -1001 if safe is None else safe, metadata))
         return out
 
     # ------------------------------------------------------------ positions
@@ -936,9 +947,30 @@ class Consumer:
 
     def seek(self, partition: TopicPartition) -> None:
         """Seek the primary. The child keeps its ranges: seeking changes what is read,
-        not what was processed, so a backward seek into a range re-reads (duplicates)
-        and a later commit can never claim the range processed on the seek's word."""
+        not what was processed. A backward seek below where the primary started re-reads
+        backlog records (they come twice) and claims them only once re-delivered; a
+        forward seek skips fresh records as a plain consumer's does."""
+        key = _key(partition)
+        a = self._assigned.get(key)
+        handed = self._handed_positions([key]).get(key) if a is not None else None
         self._primary.seek(partition)
+        if a is None:
+            return
+        offset = partition.offset
+        if offset < 0:
+            low, high = -1, -1
+            with contextlib.suppress(KafkaException):
+                low, high = self._primary.get_watermark_offsets(
+                    TopicPartition(*key), cached=True
+                )
+            if offset == OFFSET_BEGINNING:
+                offset = max(low, 0)
+            elif offset == OFFSET_END:
+                offset = max(high, a.epoch.floor)
+            else:
+                offset = a.epoch.floor
+        a.epoch.seek(offset, handed)
+        self._history[key].trim(a.epoch)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._primary.pause(partitions)
@@ -953,10 +985,10 @@ class Consumer:
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
     ) -> tuple[int, int]:
-        kwargs = {"cached": cached}
+        kwargs: dict[str, Any] = {"cached": cached}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        return self._primary.get_watermark_offsets(partition, **kwargs)
+        return self._primary.get_watermark_offsets(partition, **kwargs)  # type: ignore[no-any-return]
 
     def offsets_for_times(
         self, partitions: list[TopicPartition], timeout: float | None = None
@@ -986,25 +1018,27 @@ class Consumer:
     def close(self) -> None:
         """Commit (if auto-commit is on), leave the group, close both handles.
 
-        Returns within twice ``socket.timeout.ms`` even when the broker is unreachable
-        (librdkafka's own close() waits for outstanding commits forever): the handles are
-        closed on a helper thread while this one waits, and are left to finish there if
-        the broker never answers. Rebalance callbacks run inside close(), on that thread.
+        Returns within ``2 * socket.timeout.ms`` plus ``_REVOKE_WAIT_S``, even when the
+        broker is unreachable (librdkafka's own close() waits for outstanding commits): a
+        subscribed member first leaves its assignment here, serving the revoke on this
+        thread; the handles are then closed on a helper thread while this one waits, and
+        are left to finish there if the broker never answers.
         """
         if self._closed:
             return
-        self._closed = True
         if self._child is None:
+            self._closed = True
             self._primary.close()
             return
         child = self._child
+        if self._subscribed:
+            self._leave_assignment()
+        self._closed = True
 
         def shutdown() -> None:
             try:
                 if self._settings.auto_commit and not self._subscribed:
-                    self._commit_quietly(self._delivered(list(self._states)), asynchronous=False)
-                # A subscribed primary runs on_revoke inside close(): that commits both
-                # logs while the child is still open.
+                    self._auto_commit(list(self._assigned))
                 self._primary.close()
             finally:
                 child.close()
@@ -1020,17 +1054,43 @@ class Consumer:
                 exc.args[0].str(),
             )
 
+    def _leave_assignment(self) -> None:
+        """Unsubscribe and serve the revoke here, before librdkafka's close().
+
+        librdkafka 2.16 drops the reply to a rebalance request that reaches its group
+        after the group terminated, and confluent-kafka waits for that reply in the
+        rebalance callback holding the GIL: a revoke served inside close() (under load, a
+        cooperative rebalance under way) then hangs the whole process, the thread waiting
+        for close() included. Served here, while the group is alive, the revoke is always
+        answered (on_revoke commits as usual), and close() has no rebalance left to run.
+        Records fetched meanwhile are dropped: they were never handed out.
+        """
+        keys = list(self._assigned)
+        self._handed_positions(keys)  # what the application got, before anything else
+        self._untrusted_position = True
+        try:
+            self._primary.unsubscribe()
+            deadline = time.monotonic() + _REVOKE_WAIT_S
+            while self._assigned and time.monotonic() < deadline:
+                self._primary.poll(0.05)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("leaving the group before close() failed: %s", exc)
+        finally:
+            self._untrusted_position = False
+
     # ------------------------------------------------------------- reports
     def _report(self, code: int, msg: str) -> None:
         log.error(msg)
         if self._error_cb is not None:
             self._error_cb(KafkaError(code, msg))
 
-    def _report_deleted(self, topic: str, partition: int, start: int, end: int) -> None:
-        msg = (
-            f"records {topic} [{partition}] offsets [{start}, {end}) were deleted by "
-            "retention before the catch-up consumer read them"
-        )
-        log.error(msg)
+    def _report_error(self, err: KafkaError) -> None:
         if self._error_cb is not None:
-            self._error_cb(KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, msg))
+            self._error_cb(err)
+
+    def _report_deleted(self, topic: str, partition: int, start: int, end: int) -> None:
+        self._report(
+            KafkaError.OFFSET_OUT_OF_RANGE,
+            f"records {topic} [{partition}] offsets [{start}, {end}) were deleted by "
+            "retention before the catch-up consumer read them",
+        )

@@ -97,6 +97,14 @@ class RangeSet:
             return self._map.peekitem(i)
         return None
 
+    def last_overlapping(self, start: int, end: int) -> tuple[int, int] | None:
+        """The highest range that shares an offset with ``[start, end)``."""
+        i = self._map.bisect_left(end) - 1
+        if i < 0:
+            return None
+        s, e = self._map.peekitem(i)
+        return (s, e) if e > start else None
+
     # -- updates ---------------------------------------------------------------
     def add(self, start: int, end: int) -> None:
         """Union with ``[start, end)``; merges with overlapping or touching ranges."""

@@ -6,7 +6,7 @@ cluster does not serve, and which says nothing about catch-up anyway). So a grou
 no live member can be inspected, e.g. before a restart or a rollback to plain
 confluent-kafka, and inspecting never disturbs a running group.
 
-The two logs are merged by ``_state.restore()``, the very function a restarting
+The two logs are merged by ``_planning.restore()``, the very function a restarting
 consumer uses: what status shows as pending is what a restart would read again.
 
 Kafka keeps only the latest commit of each log, so the original extent of a backlog
@@ -38,7 +38,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ._config import CATCHUP_GROUP_SUFFIX
-from ._state import restore
+from ._planning import restore
 from ._token import ChildCheckpoint, TokenError, decode_child_checkpoint, decode_group_token
 
 __all__ = [

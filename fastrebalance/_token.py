@@ -44,6 +44,7 @@ __all__ = [
     "decode_group_token",
     "encode_child_checkpoint",
     "encode_group_token",
+    "is_ours",
 ]
 
 #: Kafka's default ``offset.metadata.max.bytes`` is 4096, and Apache Kafka 3.6 was
@@ -101,6 +102,12 @@ class ChildCheckpoint:
     start: int
     end: int
     offset: int
+
+
+def is_ours(metadata: str | None) -> bool:
+    """Whether commit metadata starts like one of our tokens (it may still be corrupt,
+    or an application's own string with the same prefix: decode to know)."""
+    return bool(metadata) and metadata.startswith(_GROUP_PREFIX)  # type: ignore[union-attr]
 
 
 # -- base 36 ------------------------------------------------------------------

@@ -60,8 +60,8 @@ from uuid import uuid4
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from fastrebalance._consumer import _PLAN_BUDGET_S
-from fastrebalance._state import restore
+from fastrebalance._planner import PLAN_BUDGET_S as _PLAN_BUDGET_S
+from fastrebalance._planning import restore
 
 __all__ = [
     "ALL_FAULTS",

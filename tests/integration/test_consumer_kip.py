@@ -79,8 +79,10 @@ def test_kip_examples_crash_at_100_then_170(kafka_cluster, topic_factory, unique
         assert sorted(offsets) == list(range(70, 170)), "each record once, none skipped"
         # The child stopped at 120: nothing it delivered lies beyond its range.
         assert c.catchup_status()[(topic, 0)].child_position is None
-        # 140 committed by the primary, the whole backlog by the child: then "crash".
-        c.commit(offsets=[TopicPartition(topic, 0, 120)], asynchronous=False)  # child's range
+        # The whole backlog committed by its last record (the child's), 140 by the
+        # primary's position: then "crash".
+        (last_backlog,) = [m for m in got if m.offset() == 119]
+        c.commit(message=last_backlog, asynchronous=False)
         c.commit(offsets=[TopicPartition(topic, 0, 140)], asynchronous=False)  # primary's
         assert group_offsets(bs, unique_group, topic) == [140]
         child_handle = c._child._handle
@@ -148,14 +150,15 @@ def test_user_metadata_survives_the_token(kafka_cluster, regained):
     assert tp.offset == 70 and tp.metadata == "app-state-42"
 
 
-def test_child_crash_resumes_from_its_commit_log(regained):
+def test_child_crash_resumes_from_what_was_committed(regained):
     c, topic = regained(5000, 1000)
     got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms))
-    c.commit(offsets=[TopicPartition(topic, 0, 2000)], asynchronous=False)  # child at 2000
+    (child_1999,) = [m for m in got if m.offset() == 1999]
+    c.commit(message=child_1999, asynchronous=False)  # the child's stream up to 2000
     assert c._child.handles_created == 1
     c._child._handle.close()  # the child dies without a word
     after = drain(c, lambda ms: len(ms) >= 1)
-    assert after[0].offset() == 2000, "resumed from its commit log, not from 1000"
+    assert after[0].offset() == 2000, "resumed from what was committed, not from 1000"
     assert c._child.handles_created == 2 and c.child_consumer_is_alive()
     rest = drain(c, lambda ms: len(ms) >= 3000 - 1)
     assert set(range(1000, 5000)) <= {m.offset() for m in got + after + rest}

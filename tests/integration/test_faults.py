@@ -138,8 +138,10 @@ def test_foreign_metadata_is_kept_as_the_applications(
     caplog: pytest.LogCaptureFixture,
     kind: str,
 ) -> None:
-    """Metadata without our prefix may be the application's own: confluent-kafka keeps it,
-    so do we (after our token, returned by committed()); noted at INFO, not a warning."""
+    """Metadata without our prefix may be the application's own: confluent-kafka returns
+    it from committed(), so do we; noted at INFO, not a warning. Like confluent-kafka's,
+    each commit then stores the metadata it carries (none for a message), inside our
+    token when a backlog is pending."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 200)
     plain_commit(bs, unique_group, topic, 50, FOREIGN[kind])
@@ -150,17 +152,22 @@ def test_foreign_metadata_is_kept_as_the_applications(
         assert our_records(caplog, logging.WARNING) == []
         infos = [r.getMessage() for r in our_records(caplog, logging.INFO)]
         assert sum("not a fastrebalance token" in m for m in infos) == 1, infos
+        (tp,) = c.committed([TopicPartition(topic, 0)])
+        assert (tp.offset, tp.metadata) == (50, FOREIGN[kind])
         produce(bs, topic, 5, start=200)
         got = drain_offsets(c, set(range(50, 205)))
         fresh = max(got, key=lambda m: m.offset())
-        # the primary's record only: the backlog stays pending, so a token is written,
-        # and the foreign text rides in it as the application's metadata
+        # the primary's record only: the backlog stays pending, so a token is written
         c.commit(message=fresh, asynchronous=False)
         _, stored = group_metadata(bs, unique_group, topic)
         token = decode_group_token(stored)
-        assert token is not None and token.user_metadata == FOREIGN[kind]
+        assert token is not None and token.user_metadata == ""
+        c.commit(
+            offsets=[TopicPartition(topic, 0, fresh.offset() + 1, FOREIGN[kind])],
+            asynchronous=False,
+        )
         (tp,) = c.committed([TopicPartition(topic, 0)])
-        assert tp.metadata == FOREIGN[kind]
+        assert (tp.offset, tp.metadata) == (50, FOREIGN[kind])
     finally:
         c.close()
 
@@ -481,9 +488,9 @@ def test_assign_while_the_broker_is_down_is_bounded(
     """Without committed offsets there is nothing to plan: assign() gives up after bounded
     retries and lets librdkafka resume from the committed offset itself, as a plain
     consumer does. Nothing is skipped; there is simply no catch-up this time."""
-    import fastrebalance._consumer as consumer_module
+    import fastrebalance._planner as planner_module
 
-    monkeypatch.setattr(consumer_module, "_REQUEST_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(planner_module, "REQUEST_TIMEOUT_S", 1.0)
     bs = broker.bootstrap_servers
     topic = f"down-assign-{unique_group}"
     broker.create_topic(topic, 1)
@@ -529,9 +536,8 @@ def test_commit_of_an_unassigned_partition_is_passed_through(
 def test_commit_below_the_committed_offset(
     kafka_cluster: Any, topic_factory: Callable[..., str], unique_group: str
 ) -> None:
-    """At or above where the primary started in this assignment: a rewind, stored as
-    confluent-kafka stores it. Below that start: the child's stream, never a rewind of
-    the group offset (design.md: routing by floor), whatever was delivered."""
+    """A rewind, as confluent-kafka stores it, wherever it lands: re-reading is always
+    safe. (An offset is a position of the primary's stream: it never claims backlog.)"""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 105)
     plain_commit(bs, unique_group, topic, 100, None)  # lag 5: no catch-up, the start is 100
@@ -543,8 +549,8 @@ def test_commit_below_the_committed_offset(
         c.commit(offsets=[TopicPartition(topic, 0, 102)], asynchronous=False)
         assert group_offsets(bs, unique_group, topic) == [102], "a rewind, as confluent-kafka"
         c.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
-        assert group_offsets(bs, unique_group, topic) == [102], "below the start: no rewind"
-        assert c.committed([TopicPartition(topic, 0)])[0].offset == 102
+        assert group_offsets(bs, unique_group, topic) == [50], "below the start: a rewind too"
+        assert c.committed([TopicPartition(topic, 0)])[0].offset == 50
     finally:
         c.close()
 
@@ -596,8 +602,9 @@ def test_offset_reset_by_an_operator_is_honoured_after_a_catchup(
     first = Consumer(base_conf(bs, unique_group))
     try:
         first.assign([TopicPartition(topic, 0)])
-        drain_offsets(first, set(range(70, 100)))
-        first.commit(offsets=[TopicPartition(topic, 0, 100)], asynchronous=False)
+        got = drain_offsets(first, set(range(70, 100)))
+        (child_99,) = [m for m in got if m.offset() == 99]
+        first.commit(message=child_99, asynchronous=False)
     finally:
         first.close()  # the child's log: [70, 120) processed up to 100
     plain_commit(bs, unique_group, topic, 50, None)  # the operator's reset
@@ -641,8 +648,11 @@ def test_backlog_beyond_the_log_end_is_reported_and_not_retried_forever(
     try:
         c.assign([TopicPartition(topic, 0)])
         deadline = time.monotonic() + 3
+        got = []
         while time.monotonic() < deadline:
-            c.poll(0.1)
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                got.append(m)
         reported = [e for e in errors if e.code() == KafkaError.OFFSET_OUT_OF_RANGE]
         assert len(reported) == 1, errors
         assert f"{topic} [0] offsets [500, 1000) are beyond the log end 100" in reported[0].str()
@@ -650,7 +660,10 @@ def test_backlog_beyond_the_log_end_is_reported_and_not_retried_forever(
         assert len(starts) == 1, "the child must not restart in a loop"
         status = c.catchup_status()[(topic, 0)]
         assert status.pending_ranges == ((500, 1000),) and status.child_position is None
-        c.commit(asynchronous=False)
+        # the primary, reset by librdkafka to the new log's start, delivered 0..99: none of
+        # it is the backlog the token names, so committing it claims none of that
+        assert got, "the primary reads the new log"
+        c.commit(message=got[-1], asynchronous=False)
     finally:
         c.close()
     assert group_offsets(bs, unique_group, topic) == [500]
@@ -688,14 +701,14 @@ def test_unknown_partition_with_a_pending_backlog_is_reported(
     errors: list[KafkaError] = []
     c = Consumer(base_conf(bs, unique_group, error_cb=errors.append))
     try:
-        c._primary = _UnknownPartitionPrimary(c._primary)
+        c._primary = c._planner._primary = _UnknownPartitionPrimary(c._primary)
         c.assign([TopicPartition(topic, 0)])
         reported = [e for e in errors if e.code() == KafkaError._UNKNOWN_PARTITION]
         assert len(reported) == 1 and f"{topic} [0] is unknown" in reported[0].str()
         # nothing is dropped: the backlog stays pending, the group offset stays at 70
         assert c.catchup_status()[(topic, 0)].pending_ranges == ((70, 120),)
     finally:
-        c._primary = c._primary._inner
+        c._primary = c._planner._primary = c._primary._inner
         c.close()
     assert group_offsets(bs, unique_group, topic) == [70]
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastrebalance._ranges import RangeSet
-from fastrebalance._state import PartitionState
+from fastrebalance._ledger import Ledger
 from fastrebalance._token import ChildCheckpoint, encode_child_checkpoint, encode_group_token
 from fastrebalance.testing._chaos import (
     ChaosSettings,
@@ -72,7 +72,7 @@ def test_a_record_in_no_log_is_caught_even_if_later_ones_are() -> None:
     assert problems and "[3]" in problems[0]
 
 
-def _token_sample(state: PartitionState, log_bytes: int, child: tuple[int, str | None]) -> Sample:
+def _token_sample(state: Ledger, log_bytes: int, child: tuple[int, str | None]) -> Sample:
     token = state.token()
     assert token is not None
     text, written = encode_group_token(token)
@@ -82,7 +82,7 @@ def _token_sample(state: PartitionState, log_bytes: int, child: tuple[int, str |
 def test_token_claim_ahead_of_the_logs_is_caught() -> None:
     # KIP example: committed 70, end 120: the primary reads from 120, the child [70, 120).
     # The primary processed 120..124: the token says position 125, [70, 120) pending.
-    state = PartitionState(125, RangeSet([(70, 120)]), 120)
+    state = Ledger(125, RangeSet([(70, 120)]))
     history = _records([*range(70), *range(120, 125)])  # 0..69 by an earlier owner
     # the bare offset (70) claims 0..69; the token claims 0..69 and 120..124
     assert check_samples([_token_sample(state, 10_000, (-1, None))], history, {0: 125}) == []
@@ -92,7 +92,7 @@ def test_token_claim_ahead_of_the_logs_is_caught() -> None:
 
 
 def test_child_checkpoint_claim_is_checked() -> None:
-    state = PartitionState(125, RangeSet([(70, 120)]), 120)
+    state = Ledger(125, RangeSet([(70, 120)]))
     cp = ChildCheckpoint(70, 120, 90)  # "70..89 processed"
     child = (90, encode_child_checkpoint(cp))
     history = _records(list(range(70)) + list(range(120, 125)) + list(range(70, 85)))

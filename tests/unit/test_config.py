@@ -304,7 +304,7 @@ def test_child_config() -> None:
     assert child["auto.offset.reset"] == "error"
     assert child["enable.auto.commit"] is False
     assert child["enable.auto.offset.store"] is False
-    assert child["enable.partition.eof"] is False
+    assert child["enable.partition.eof"] is True
     # the primary's config is not modified by deriving the child's
     assert primary["group.id"] == "orders" and primary["client.id"] == "billing"
     assert primary["on_assign"] is on_assign

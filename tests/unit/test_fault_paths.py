@@ -2,9 +2,10 @@
 
 * ``call_bounded``: the helper that keeps a synchronous commit, and close(), from blocking
   forever on a hung broker (librdkafka retries an OffsetCommit until a coordinator answers).
-* The child's out-of-range handling when the watermarks cannot be read, and when its range
-  lies beyond the log end (topic recreated, log truncated): no exception out of poll(), no
-  restart loop, nothing dropped.
+* The child's out-of-range handling when the watermarks cannot be read, when its range
+  lies beyond the log end (topic recreated, log truncated), and when the broker keeps
+  saying "out of range" for an offset inside the log (a leader change): no exception out
+  of poll(), no tight loop, nothing dropped.
 * An assignment delivered inside close() is not planned: planning would wait on a group
   that is leaving (found by the chaos soak: a clean close took over 60 s).
 """
@@ -21,8 +22,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from fastrebalance import Consumer
 from fastrebalance._child import Child, _Cursor, call_bounded
 from fastrebalance._consumer import _socket_timeout_s
+from fastrebalance._ledger import Ledger
 from fastrebalance._ranges import RangeSet
-from fastrebalance._state import PartitionState
+from fastrebalance._retry import Budget
+from fastrebalance._routing import Epoch
 
 KEY = ("t", 0)
 
@@ -80,6 +83,12 @@ class _StubHandle:
     def seek(self, tp: TopicPartition) -> None:
         self.calls.append(("seek", tp.offset))
 
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.calls.append(("pause", [tp.partition for tp in tps]))
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.calls.append(("resume", [tp.partition for tp in tps]))
+
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         self.calls.append(("unassign", [tp.partition for tp in tps]))
 
@@ -89,39 +98,60 @@ class _StubHandle:
 
 def _child_reading(
     handle: _StubHandle, pos: int, ranges: list[tuple[int, int]], errors: list[KafkaError]
-) -> tuple[Child, PartitionState]:
+) -> tuple[Child, _Cursor]:
     deleted: list[tuple[str, int, int, int]] = []
-    child = Child(
-        {"group.id": "g.catchup", "error_cb": errors.append}, lambda *a: deleted.append(a)
-    )
+    child = Child({"group.id": "g.catchup"}, lambda *a: deleted.append(a), report=errors.append)
     child._handle = handle  # type: ignore[assignment]
-    state = PartitionState(2000, RangeSet(ranges), 2000)
-    piece = state.ranges.next_from(pos)
+    ledger = Ledger(2000, RangeSet(ranges))
+    piece = ledger.ranges.next_from(pos)
     assert piece is not None
-    cursor = _Cursor(piece[0], piece[1], state)
+    cursor = _Cursor(piece[0], piece[1], ledger, Epoch(2000, 2000))
     cursor.pos = pos
     child._cursors[KEY] = cursor
     child.deleted = deleted  # type: ignore[attr-defined]
-    return child, state
+    return child, cursor
 
 
-def test_out_of_range_without_watermarks_retries_and_skips_nothing() -> None:
+def test_out_of_range_without_watermarks_retries_later_and_skips_nothing() -> None:
     errors: list[KafkaError] = []
     handle = _StubHandle(KafkaException(KafkaError(KafkaError._TIMED_OUT, "broker paused")))
-    child, state = _child_reading(handle, 550, [(500, 1000)], errors)
-    child._skip_deleted(KEY)  # must not raise out of poll()
-    assert state.ranges.as_tuple() == ((500, 1000),)
+    child, cursor = _child_reading(handle, 550, [(500, 1000)], errors)
+    child._out_of_range(KEY, cursor)  # must not raise out of poll()
+    assert cursor.ledger.ranges.as_tuple() == ((500, 1000),)
     assert child.position(KEY) == 550
-    assert ("seek", 550) in handle.calls, "fetch again: the next answer decides"
+    assert ("pause", [0]) in handle.calls, "not fetched again at once"
+    cursor.retry_at = 0.0  # the backoff is over
+    child._retry_backed_off()
+    assert handle.calls[-2:] == [("resume", [0]), ("seek", 550)], "the next answer decides"
+    assert not errors and not child.deleted  # type: ignore[attr-defined]
+
+
+def test_out_of_range_inside_the_log_backs_off_more_each_time() -> None:
+    """A leader change can answer OFFSET_OUT_OF_RANGE for an offset that is inside the
+    log (truncated, then grown again): the child fetches it again, never in a tight loop,
+    and never skips it."""
+    errors: list[KafkaError] = []
+    handle = _StubHandle((0, 3000))
+    child, cursor = _child_reading(handle, 550, [(500, 1000)], errors)
+    waits = []
+    for _ in range(4):
+        before = time.monotonic()
+        child._out_of_range(KEY, cursor)
+        waits.append(cursor.retry_at - before)
+        cursor.retry_at = 0.0
+        child._retry_backed_off()
+    assert all(b > a for a, b in zip(waits, waits[1:])), waits
+    assert waits[0] >= 0.4
+    assert cursor.ledger.ranges.as_tuple() == ((500, 1000),) and child.position(KEY) == 550
     assert not errors and not child.deleted  # type: ignore[attr-defined]
 
 
 def test_range_beyond_the_log_end_is_reported_once_and_left_pending() -> None:
     errors: list[KafkaError] = []
     handle = _StubHandle((0, 100))  # the log now ends at 100: recreated or truncated
-    child, state = _child_reading(handle, 500, [(500, 1000)], errors)
-    child._skip_deleted(KEY)
-    assert state.ranges.as_tuple() == ((500, 1000),), "nothing claimed processed"
+    child, cursor = _child_reading(handle, 500, [(500, 1000)], errors)
+    child._out_of_range(KEY, cursor)
+    assert cursor.ledger.ranges.as_tuple() == ((500, 1000),), "nothing claimed processed"
     assert child.position(KEY) is None and not child.active, "stopped, not restarted"
     assert ("unassign", [0]) in handle.calls and not any(c[0] == "assign" for c in handle.calls)
     assert len(errors) == 1 and errors[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
@@ -131,10 +161,10 @@ def test_range_beyond_the_log_end_is_reported_once_and_left_pending() -> None:
 def test_retention_below_the_cursor_is_reported_and_skipped() -> None:
     errors: list[KafkaError] = []
     handle = _StubHandle((700, 3000))  # retention deleted up to 700
-    child, state = _child_reading(handle, 550, [(500, 1000), (1500, 1600)], errors)
-    child._skip_deleted(KEY)
+    child, cursor = _child_reading(handle, 550, [(500, 1000), (1500, 1600)], errors)
+    child._out_of_range(KEY, cursor)
     assert child.deleted == [("t", 0, 550, 700)]  # type: ignore[attr-defined]
-    assert state.ranges.as_tuple() == ((700, 1000), (1500, 1600))
+    assert cursor.ledger.ranges.as_tuple() == ((700, 1000), (1500, 1600))
     assert child.position(KEY) == 700
 
 
@@ -160,7 +190,7 @@ def test_an_assignment_inside_close_is_not_planned() -> None:
         {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.parallel.rebalance": True}
     )
     primary = _CountingPrimary(c._primary)
-    c._primary = primary  # type: ignore[assignment]
+    c._primary = c._planner._primary = primary  # type: ignore[assignment]
     try:
         c._closed = True  # what close() sets before librdkafka runs the last callbacks
         started = time.monotonic()
@@ -169,7 +199,7 @@ def test_an_assignment_inside_close_is_not_planned() -> None:
         assert primary.round_trips == []
         assert c.catchup_status() == {}
     finally:
-        c._primary = primary._inner
+        c._primary = c._planner._primary = primary._inner
         c._closed = False
         c.close()
 
@@ -226,29 +256,29 @@ def _planning_consumer(hang: bool) -> tuple[Consumer, _PlanningPrimary]:
         {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.parallel.rebalance": True}
     )
     primary = _PlanningPrimary(c._primary, hang)
-    c._primary = primary  # type: ignore[assignment]
+    c._primary = c._planner._primary = primary  # type: ignore[assignment]
     assert c._child is not None
     c._child._handle = _EmptyChildLog()  # type: ignore[assignment]
     return c, primary
 
 
 def test_planning_a_large_assignment_reads_watermarks_in_two_round_trips() -> None:
-    """Both ends of all 64 logs come from one ListOffsets each: planning no longer costs a
-    round trip per partition inside the rebalance callback."""
+    """Both ends of all 64 logs come from one ListOffsets each: planning costs no round
+    trip per partition inside the rebalance callback."""
     c, primary = _planning_consumer(hang=False)
     try:
-        planned = c._prepare([TopicPartition("t", p) for p in range(64)])
+        readings = c._planner.read([TopicPartition("t", p) for p in range(64)])
         assert primary.round_trips == ["committed", "offsets_for_times", "offsets_for_times"]
-        # Checkpoints to retire are looked for after the primary is assigned (fresh
-        # records are fetched meanwhile): one read of the child's log for all 64.
+        # no token in the group's log: the child's log is not read
         assert c._child._handle.reads == []  # type: ignore[union-attr]
-        assert len(c._added) == 64
-        c._child.retire_stale(c._added)
+        plans = [c._plan(key, r, -1001) for key, r in readings.items()]
+        assert all(p is not None and p.start == 5000 for p in plans)  # fresh data first
+        assert all(p is not None and p.ledger.ranges.as_tuple() == ((100, 5000),) for p in plans)
+        # Checkpoints to retire: one read of the child's log for all 64.
+        c._child.retire_stale({key: (100, 5000) for key in readings}, Budget(5))
         assert c._child._handle.reads == [64]  # type: ignore[union-attr]
-        assert [tp.offset for tp in planned] == [5000] * 64  # fresh data first
-        assert all(st.ranges.as_tuple() == ((100, 5000),) for st in c._prepared.values())
     finally:
-        c._primary = primary._inner
+        c._primary = c._planner._primary = primary._inner
         c.close()
 
 
@@ -259,18 +289,19 @@ def test_planning_on_a_hung_broker_is_bounded_by_one_budget(
     partitions would hold poll() for 32 timed-out watermark reads (each retried, 40 s each
     with the defaults); sharing one budget ends planning when the budget does, and every
     partition resumes at its committed offset with nothing skipped."""
-    import fastrebalance._consumer as consumer_module
+    import fastrebalance._planner as planner_module
 
-    monkeypatch.setattr(consumer_module, "_PLAN_BUDGET_S", 2.0)
-    monkeypatch.setattr(consumer_module, "_REQUEST_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(planner_module, "PLAN_BUDGET_S", 2.0)
+    monkeypatch.setattr(planner_module, "REQUEST_TIMEOUT_S", 1.0)
     c, primary = _planning_consumer(hang=True)
     try:
         started = time.monotonic()
-        planned = c._prepare([TopicPartition("t", p) for p in range(32)])
+        readings = c._planner.read([TopicPartition("t", p) for p in range(32)])
         elapsed = time.monotonic() - started
         assert elapsed < 2.0 + 1.0 + 2, elapsed  # the budget, one last read, slack
-        assert [tp.offset for tp in planned] == [100] * 32
-        assert all(not st.ranges for st in c._prepared.values())
+        plans = [c._plan(key, r, -1001) for key, r in readings.items()]
+        assert [p.start for p in plans if p is not None] == [100] * 32
+        assert all(p is not None and not p.ledger.ranges for p in plans)
     finally:
-        c._primary = primary._inner
+        c._primary = c._planner._primary = primary._inner
         c.close()

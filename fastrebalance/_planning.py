@@ -1,0 +1,181 @@
+"""Restoring a partition from the two commit logs and planning its catch-up: pure, no I/O.
+
+``restore()`` merges what the user's group stores (the safe offset and the range token)
+with the child's checkpoint into a ``Ledger`` (see ``_ledger``); ``plan_assignment()``
+decides where the primary starts and which backlog the child reads. Both only ever keep
+or add unprocessed offsets, never remove one that is not proven processed, so a plan made
+from stale or partial information re-reads at worst.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._ledger import Ledger
+from ._ranges import RangeSet
+from ._token import (
+    ChildCheckpoint,
+    TokenError,
+    decode_child_checkpoint,
+    decode_group_token,
+)
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "Plan",
+    "Restored",
+    "checkpoint_applies",
+    "checkpoint_is_stale",
+    "plan_assignment",
+    "restore",
+]
+
+
+@dataclass
+class Restored:
+    """What the two commit logs say about one partition."""
+
+    position: int | None  #: P; None: the group never committed this partition
+    ranges: RangeSet = field(default_factory=RangeSet)
+    user_metadata: str = ""
+    problem: str | None = None  #: why a token was ignored (to log once)
+
+    @property
+    def safe_offset(self) -> int | None:
+        return self.ledger().safe_offset
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.position, self.ranges.copy())
+
+
+def restore(
+    group_offset: int,
+    group_metadata: str | None,
+    child_offset: int = -1,
+    child_metadata: str | None = None,
+) -> Restored:
+    """Merge the user's group commit and the child's checkpoint.
+
+    Falls back to the bare group offset whenever the token is missing, foreign,
+    corrupt, or does not match the offset it was stored with (another tool moved
+    the offset): the bare offset never passes an unprocessed record. Metadata that
+    looks like a token but is not one (an application's own string starting with the
+    token prefix, written by a plain consumer) is handed back as the application's.
+    """
+    if group_offset < 0:
+        return Restored(None)
+    problem = None
+    try:
+        token = decode_group_token(group_metadata)
+    except TokenError as exc:
+        token, problem = None, f"ignored commit metadata: {exc}"
+    if token is None:
+        return Restored(group_offset, RangeSet(), group_metadata or "", problem)
+    if token.safe_offset != group_offset:
+        return Restored(
+            group_offset,
+            RangeSet(),
+            token.user_metadata,
+            f"ignored range token: it was written with offset {token.safe_offset} "
+            f"but the committed offset is {group_offset} (moved by another tool)",
+        )
+    ranges = RangeSet(token.ranges)
+    try:
+        cp = decode_child_checkpoint(child_metadata, child_offset) if child_offset >= 0 else None
+    except TokenError as exc:
+        cp, problem = None, f"ignored child checkpoint: {exc}"
+    if cp is not None and checkpoint_applies(cp, ranges):
+        ranges.remove(cp.start, cp.offset)
+    return Restored(token.position, ranges, token.user_metadata, problem)
+
+
+def checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
+    # A checkpoint names the end of the range it was taken in; range ends are log
+    # ends at the time of a crash, so a match ties it to this history and not to an
+    # older one an operator has since rewound.
+    return any(end == cp.end for _, end in ranges)
+
+
+#: confluent-kafka's logical offsets, by value (this module imports nothing of Kafka's).
+OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, OFFSET_INVALID = -2, -1, -1000, -1001
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the primary starts, where its stream begins, and what is unprocessed."""
+
+    #: the offset handed to librdkafka's assign(); None: let auto.offset.reset decide
+    start: int | None
+    ledger: Ledger
+    #: F: the primary's stream begins here; offsets below it are backlog
+    floor: int = 0
+    #: where the primary's first run of deliveries begins (F unless the application
+    #: asked for its own start)
+    run_start: int = 0
+    deleted: tuple[tuple[int, int], ...] = ()  #: pending ranges already gone by retention
+    caught_up: tuple[int, int] | None = None  #: the new range this plan added, if any
+
+
+def plan_assignment(
+    restored: Restored,
+    low: int,
+    high: int,
+    threshold: int,
+    requested: int = OFFSET_INVALID,
+) -> Plan:
+    """Decide the primary's start and the backlog for a partition just gained.
+
+    Catch-up starts when ``high - P > threshold``: the primary jumps to the log end and
+    ``[P, high)`` joins the pending ranges. Ranges already pending (a previous crash) are
+    always kept, whatever the threshold or the start: they are unprocessed.
+
+    ``requested`` is the offset the application gave assign(). A logical "committed"
+    offset means: plan. An explicit start (absolute, or OFFSET_BEGINNING/OFFSET_END) is
+    the application's choice, as with a plain consumer: the primary starts there and no
+    new range is added; its stream begins at the lower of that start and P, so a later
+    commit skips what a plain consumer's would (fresh records between P and a later
+    start) and never the pending backlog.
+    """
+    if restored.position is None:
+        if requested in (OFFSET_INVALID, OFFSET_STORED):
+            return Plan(None, Ledger())
+        return Plan(requested, Ledger(), 0, max(requested, 0))
+    ledger = restored.ledger()
+    position = restored.position
+    added = None
+    if requested in (OFFSET_INVALID, OFFSET_STORED):
+        if high - position > threshold:
+            ledger.split_at(high)
+            added = (position, high)
+        start: int | None = ledger.position
+        assert start is not None
+        floor = run_start = start
+    else:
+        if requested == OFFSET_BEGINNING:
+            run_start = low
+        elif requested == OFFSET_END:
+            run_start = max(high, position)
+        else:
+            run_start = max(requested, 0)
+        start = requested
+        floor = min(run_start, position)
+    deleted = tuple(ledger.drop_below(low)) if low > 0 else ()
+    return Plan(start, ledger, floor, run_start, deleted, added)
+
+
+def checkpoint_is_stale(cp: ChildCheckpoint, added: tuple[int, int]) -> bool:
+    """Whether a checkpoint in the child's log must be retired before the group commits
+    a token with the range ``added`` that a plan just created.
+
+    Checkpoints are tied to their history by the end of their range, and a new range
+    ends at the current log end, above every range of its own history (those lie below
+    the position it starts from). So a checkpoint naming the new range's end comes from
+    another history: written before an operator reset the group's offsets (which drops
+    our token) with nothing produced since. Left in place it would apply to the new
+    range and skip the records the operator asked to reprocess.
+    """
+    return cp.end == added[1]
+

@@ -1,0 +1,580 @@
+"""Regression tests for commit-safety violations found in 3de71a6 (fastrebalance's S1/S2 promise).
+
+Each test tells one story in the KIP's terms ("crash with 0 committed, log end 20000") and
+checks only what any plain tool sees: the offset Kafka stores for the user's group (read with
+a plain confluent-kafka consumer) and what a restarted consumer delivers. The promise under
+test (S1/S2): the stored offset never passes a record the application has not processed, and
+every record not processed is delivered again after a restart.
+
+"Processed" is what the application declared through commit(): records merely handed to it
+by poll()/consume() are not processed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_INVALID
+from confluent_kafka import Consumer as PlainConsumer
+
+from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
+
+from .helpers import base_conf, drain, group_offsets, produce
+
+pytestmark = pytest.mark.integration
+
+_REBALANCING = {
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.STALE_MEMBER_EPOCH,
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+def _crash_with_committed(bs: str, group: str, topic: str, committed: dict[int, int]) -> None:
+    """A previous incarnation that processed up to ``committed[p]`` on each partition and
+    died. Written by an assign()-only consumer before anybody subscribes to ``group``."""
+    c = Consumer(base_conf(bs, group))
+    tps = [TopicPartition(topic, p, o) for p, o in committed.items()]
+    c.assign(tps)
+    c.commit(offsets=tps, asynchronous=False)
+    c.close()
+
+
+def _regain(bs: str, group: str, topic: str, log_end: int, committed: int, **extra: Any):
+    """Crash with ``committed`` committed, log end ``log_end``: a new Consumer regains
+    partition 0 by assign() (the same catch-up planning as a rebalance)."""
+    produce(bs, topic, log_end)
+    _crash_with_committed(bs, group, topic, {0: committed})
+    c = Consumer(base_conf(bs, group, **extra))
+    c.assign([TopicPartition(topic, 0)])
+    return c
+
+
+def _first(consumer: Any, offset: int, timeout: float = 30.0) -> Any:
+    """poll() until the record at ``offset`` (partition 0) is handed over; return it."""
+    got = drain(consumer, lambda ms: any(m.offset() == offset for m in ms), timeout=timeout)
+    return next(m for m in got if m.offset() == offset)
+
+
+def _restart_delivers(
+    bs: str, group: str, topic: str, wanted: set[int], partition: int = 0, timeout: float = 60.0
+) -> list[int]:
+    """A fresh Consumer (mode on) on ``group`` regains ``partition``: the offsets of
+    ``wanted`` it does not deliver within ``timeout`` (sorted; empty when all came)."""
+    c = Consumer(base_conf(bs, group))
+    seen: set[int] = set()
+    try:
+        c.assign([TopicPartition(topic, partition)])
+        deadline = time.monotonic() + timeout
+        while not wanted <= seen and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                if m.error() is None and m.partition() == partition:
+                    seen.add(m.offset())
+    finally:
+        c.close()
+    return sorted(wanted - seen)
+
+
+def _assert_safe(bs: str, group: str, topic: str, lowest_unprocessed: int, partition: int = 0):
+    stored = group_offsets(bs, group, topic, partition + 1)[partition]
+    assert stored <= lowest_unprocessed, (
+        f"group offset {stored} passes unprocessed record {lowest_unprocessed}"
+    )
+
+
+def _assert_restart_delivers(bs, group, topic, wanted: set[int], partition: int = 0) -> None:
+    missing = _restart_delivers(bs, group, topic, wanted, partition)
+    assert not missing, (
+        f"restart never delivered {len(missing)} unprocessed records, e.g. {missing[:5]}"
+    )
+
+
+def _wait_group_offset(bs: str, group: str, topic: str, expected: int, timeout: float = 10.0):
+    """The stored offset, once it equals ``expected`` or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = group_offsets(bs, group, topic)[0]
+        if stored == expected or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.1)
+
+
+# ------------------------------------------------ 1. commit after the partition left
+@pytest.mark.parametrize("leave", ["unassign", "incremental_unassign"])
+def test_commit_after_unassign_keeps_the_backlog(kafka_cluster, topic_factory, unique_group, leave):
+    """Crash with 0 committed, log end 20000; one fresh record (20000) arrives and the
+    application processes it. The partition leaves the assignment, then the application
+    commits that record: the backlog [0, 20000) is still unprocessed and must stay so."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 20000)
+    _crash_with_committed(bs, unique_group, topic, {0: 0})
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        if leave == "unassign":
+            c.assign([TopicPartition(topic, 0)])
+        else:
+            c.incremental_assign([TopicPartition(topic, 0)])
+        produce(bs, topic, 1, start=20000)
+        fresh = _first(c, 20000)  # delivered by the primary, processed by the application
+        if leave == "unassign":
+            c.unassign()
+        else:
+            c.incremental_unassign([TopicPartition(topic, 0)])
+        c.commit(message=fresh, asynchronous=False)
+        _assert_safe(bs, unique_group, topic, lowest_unprocessed=0)
+    finally:
+        c.close()
+    _assert_restart_delivers(bs, unique_group, topic, set(range(20000)))
+
+
+def test_commit_after_revoke_keeps_the_backlog(kafka_cluster, topic_factory, unique_group):
+    """The same story with a real revoke: crash with 0 committed on two partitions, log
+    end 5000 each; the first member holds fresh record 5000 of both; a second member joins
+    (cooperative-sticky) and one partition is revoked; the first member then commits the
+    record it holds of the revoked partition."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    for p in (0, 1):
+        produce(bs, topic, 5000, partition=p)
+    _crash_with_committed(bs, unique_group, topic, {0: 0, 1: 0})
+    strategy = {"partition.assignment.strategy": "cooperative-sticky"}
+    revoked: list[int] = []
+    first = Consumer(base_conf(bs, unique_group, **strategy))
+    second = None
+    try:
+        first.subscribe(
+            [topic], on_revoke=lambda _c, parts: revoked.extend(tp.partition for tp in parts)
+        )
+        deadline = time.monotonic() + 30
+        while len(first.assignment()) < 2:
+            assert time.monotonic() < deadline, "the first member never got both partitions"
+            first.poll(0.1)
+        for p in (0, 1):
+            produce(bs, topic, 1, partition=p, start=5000)
+        held: dict[int, Any] = {}
+        deadline = time.monotonic() + 30
+        while len(held) < 2:
+            assert time.monotonic() < deadline, f"fresh records not delivered: {sorted(held)}"
+            m = first.poll(0.2)
+            if m is not None and m.error() is None and m.offset() == 5000:
+                held[m.partition()] = m
+        second = PlainConsumer(
+            {
+                "bootstrap.servers": bs,
+                "group.id": unique_group,
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 500,
+                **strategy,
+            }
+        )
+        second.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not (revoked and second.assignment()):  # the rebalance is over
+            assert time.monotonic() < deadline, "the group never moved a partition"
+            first.poll(0.1)
+            second.poll(0.1)
+        assert len(set(revoked)) == 1, revoked
+        p = revoked[0]
+        while True:  # as with confluent-kafka, a commit racing a rebalance is retried
+            try:
+                first.commit(message=held[p], asynchronous=False)
+                break
+            except KafkaException as exc:
+                assert exc.args[0].code() in _REBALANCING, exc
+                assert time.monotonic() < deadline, f"commit kept failing: {exc}"
+                first.poll(0.2)
+                second.poll(0.2)
+        _assert_safe(bs, unique_group, topic, lowest_unprocessed=0, partition=p)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    _assert_restart_delivers(bs, unique_group, topic, set(range(5000)), partition=p)
+
+
+# ------------------------------------- 2. records of a partition revoked inside consume()
+REVOKE_PROTOCOLS = {
+    "cooperative-sticky": {"partition.assignment.strategy": "cooperative-sticky"},
+    "kip848-consumer": {"group.protocol": "consumer"},
+}
+
+
+def _member_conf(bs: str, group: str, protocol: str, **extra: Any) -> dict[str, Any]:
+    conf = base_conf(bs, group, **REVOKE_PROTOCOLS[protocol], **extra)
+    if protocol == "kip848-consumer":  # the client rejects classic-only keys with KIP-848
+        for key in ("session.timeout.ms", "heartbeat.interval.ms"):
+            conf.pop(key)
+    return conf
+
+
+def _revoke_inside_a_call(
+    bs: str, topic: str, group: str, protocol: str, hold_s: float
+) -> dict[str, Any] | None:
+    """Crash with 0 committed on two partitions, log end 1000 each, auto-commit on. The
+    member drains the backlog but its last 40 records, 730 fresh records arrive, a second
+    member joins, and the first member calls consume(800) until a call serves the revoke.
+
+    The revoke must land *inside* a call that has taken records already. Reproduction aid:
+    the application's stats_cb is slow (holds the thread up to ``hold_s`` seconds) the first
+    time it gets a report that is not the primary's merged one. 3de71a6 hands the child's own
+    statistics to stats_cb, served by the child's read between consume()'s two reads of
+    the primary: the revoke then arrives after the first read took 700 fresh records. A
+    consumer that passes only the primary's statistics never triggers the aid, and the
+    checks apply to whichever call serves the revoke.
+
+    Returns what happened in the call that served the revoke; None when the aid fired but
+    the revoke came in another call (timing miss: retry with a longer hold)."""
+    backlog, fresh_each, keep = 1000, 365, 40
+    for p in (0, 1):
+        produce(bs, topic, backlog, partition=p)
+    _crash_with_committed(bs, group, topic, {0: 0, 1: 0})
+    state: dict[str, Any] = {"in_call": False, "revoked_in_call": set(), "armed": False}
+    state.update(fired_in_call=False, second=None, second_assigned=False)
+
+    def on_revoke(_c: Any, parts: list[TopicPartition]) -> None:
+        if state["in_call"]:
+            state["revoked_in_call"] |= {tp.partition for tp in parts}
+
+    def stats_cb(raw: str) -> None:
+        if state["armed"] and "fastrebalance" not in json.loads(raw):
+            state["armed"] = False
+            state["fired_in_call"] = state["in_call"]
+            # A slow metrics exporter. While it holds the thread the second member is
+            # served, and the hold ends soon after the group has handed out its first
+            # assignment (cooperative: the first member's revoke is queued by then).
+            end = time.monotonic() + hold_s
+            while time.monotonic() < end:
+                state["second"].poll(0.05)
+                if state["second_assigned"]:
+                    end = min(end, time.monotonic() + 0.3)
+
+    # enable.auto.commit: the commit on revoke is the one under test; the periodic one
+    # is pushed out of the way.
+    conf = _member_conf(
+        bs,
+        group,
+        protocol,
+        **{
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 3600000,
+            "statistics.interval.ms": 200,
+            "stats_cb": stats_cb,
+        },
+    )
+    first = Consumer(conf)
+    second = None
+    handed: dict[int, set[int]] = {0: set(), 1: set()}
+
+    def take(msgs: list[Any]) -> None:
+        for m in msgs:
+            if m.error() is None:
+                handed[m.partition()].add(m.offset())
+
+    try:
+        first.subscribe([topic], on_revoke=on_revoke)
+        deadline = time.monotonic() + 60
+        while True:  # drain the backlog down to `keep` records, no fresh ones yet
+            remaining = 2 * backlog - sum(len(s) for s in handed.values())
+            if remaining <= keep:
+                break
+            assert time.monotonic() < deadline, f"backlog not drained: {remaining} left"
+            take(first.consume(min(100, remaining - keep), 0.2))
+        assert first.catchup_status(), "precondition: the child has the last 40 records left"
+        for p in (0, 1):
+            produce(bs, topic, fresh_each, partition=p, start=backlog)
+        time.sleep(1.0)  # the primary fetches them
+        second = PlainConsumer(
+            {k: v for k, v in _member_conf(bs, group, protocol).items() if "parallel" not in k}
+        )
+        second.subscribe([topic], on_assign=lambda _c, _parts: state.update(second_assigned=True))
+        state.update(second=second, armed=True)
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "no revoke within 60 s"
+            before = {p: set(s) for p, s in handed.items()}
+            state["in_call"], state["fired_in_call"] = True, False
+            try:
+                msgs = first.consume(800, 0.5)
+            finally:
+                state["in_call"] = False
+            if state["revoked_in_call"]:
+                break
+            if state["fired_in_call"]:
+                return None
+            take(msgs)
+            second.poll(0)
+        return {
+            "revoked": set(state["revoked_in_call"]),
+            "stored": group_offsets(bs, group, topic, 2),  # right after the revoke's commit
+            "lowest_unhanded": {
+                p: min(o for o in range(backlog + fresh_each + 1) if o not in before[p])
+                for p in (0, 1)
+            },
+            "returned": [(m.partition(), m.offset()) for m in msgs if m.error() is None],
+        }
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+@pytest.mark.parametrize("protocol", list(REVOKE_PROTOCOLS))
+def test_revoke_inside_consume_commits_and_returns_only_handed_records(
+    kafka_cluster, topic_factory, unique_group, protocol
+):
+    """(a) the auto-commit on revoke claims only records consume() had returned before
+    the call in which the revoke was served; (b) that call returns no record of a
+    partition it revoked (confluent-kafka never does)."""
+    bs = kafka_cluster.bootstrap_servers
+    seen = None
+    for attempt, hold_s in enumerate((7.0, 10.0, 14.0)):
+        group = f"{unique_group}-{attempt}"
+        seen = _revoke_inside_a_call(bs, topic_factory(2), group, protocol, hold_s)
+        if seen is not None:
+            break
+    if seen is None:
+        pytest.skip("the revoke never arrived while the slow stats_cb held the consume() call")
+    problems = [
+        f"(a) the revoke committed partition {p} at {seen['stored'][p]}, past record "
+        f"{seen['lowest_unhanded'][p]} that consume() had not returned yet"
+        for p in sorted(seen["revoked"])
+        if seen["stored"][p] > seen["lowest_unhanded"][p]
+    ]
+    leaked = [pm for pm in seen["returned"] if pm[0] in seen["revoked"]]
+    if leaked:
+        problems.append(
+            f"(b) consume() returned {len(leaked)} records of partition(s) "
+            f"{sorted(seen['revoked'])} revoked inside the same call, e.g. {leaked[:3]}"
+        )
+    assert not problems, "; ".join(problems)
+
+
+# ------------------------------------- 3. late commit of a record from an earlier assignment
+def test_late_commit_from_an_earlier_assignment_skips_nothing(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Crash with 0 committed, log end 4000. Assignment A: the child reads [0, 4000), the
+    primary starts at 4000; fresh records 4000..5099 arrive and the application holds
+    record 5000 (the primary's). The partition is revoked and regained when the log ends
+    at 7300 (assignment B: the child reads [0, 7300)); B's child goes past 5000. Then the
+    application commits record 5000: it claims A's fresh records [4000, 5000], not B's
+    backlog [0, 5000]."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    c = _regain(bs, unique_group, topic, 4000, 0)
+    try:
+        produce(bs, topic, 1100, start=4000)
+        held = _first(c, 5000)
+        c.unassign()  # A ends
+        produce(bs, topic, 2200, start=5100)  # log end 7300 when regained
+        c.assign([TopicPartition(topic, 0)])  # B
+        drain(c, lambda ms: any(m.offset() > 5100 for m in ms))  # B's child passed 5000
+        c.commit(message=held, asynchronous=False)
+        _assert_safe(bs, unique_group, topic, lowest_unprocessed=0)
+    finally:
+        c.close()
+    unprocessed = set(range(7300)) - set(range(4000, 5001))
+    _assert_restart_delivers(bs, unique_group, topic, unprocessed)
+
+
+# --------------------------------------------- 4. committing the on_assign offset
+def test_commit_of_the_primary_start_offset_keeps_the_backlog(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Crash with 0 committed, log end 3000: the primary starts at 3000. The child hands
+    over [0, 3000) (not processed yet); the application commits offset 3000, the one it
+    was told the primary starts at. That claims nothing of the backlog."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    c = _regain(bs, unique_group, topic, 3000, 0)
+    try:
+        start = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        assert start == 3000
+        drain(c, lambda ms: len(ms) >= 3000)  # the whole backlog handed, none processed
+        c.commit(offsets=[TopicPartition(topic, 0, start)], asynchronous=False)
+        _assert_safe(bs, unique_group, topic, lowest_unprocessed=0)
+    finally:
+        c.close()
+    _assert_restart_delivers(bs, unique_group, topic, set(range(3000)))
+
+
+# ------------------------------------------------------------------- minor items
+def test_user_metadata_that_fits_alone_is_accepted_while_a_range_is_pending(
+    kafka_cluster, topic_factory, unique_group
+):
+    """3,990 bytes of user metadata fit the 4,000-byte limit alone, not with a range
+    token. confluent-kafka accepts the commit; so must we (storing the safe offset with
+    the user's metadata), and later commits must not be poisoned by it."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 3000, partition=0)
+    produce(bs, topic, 100, partition=1)
+    _crash_with_committed(bs, unique_group, topic, {0: 0, 1: 100})  # [0, 3000) pending on 0
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        produce(bs, topic, 10, partition=0, start=3000)
+        produce(bs, topic, 5, partition=1, start=100)
+        drain(
+            c,
+            lambda ms: {(m.partition(), m.offset()) for m in ms} >= {(0, 3009), (1, 104)},
+        )
+        user = "m" * 3990
+        c.commit(offsets=[TopicPartition(topic, 0, 3005, metadata=user)], asynchronous=False)
+        assert group_offsets(bs, unique_group, topic, 2)[0] <= 0, "the backlog is pending"
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
+        assert tp.metadata == user, f"committed() returned {len(tp.metadata or '')} bytes"
+        # Later commits of that partition, with another partition in the same request.
+        c.commit(
+            offsets=[TopicPartition(topic, 0, 3010), TopicPartition(topic, 1, 105)],
+            asynchronous=False,
+        )
+        stored = group_offsets(bs, unique_group, topic, 2)
+        assert stored[0] <= 0 and stored[1] == 105, stored
+    finally:
+        c.close()
+
+
+def test_unassign_auto_commits_like_confluent_kafka(kafka_cluster, topic_factory, unique_group):
+    """enable.auto.commit=true: unassign() commits what was handed over. Side by side:
+    a plain consumer reads 1500 records from 0 and unassigns (group offset 1500); ours,
+    after a crash with 0 committed and log end 3000, hands over 1500 backlog records and
+    unassigns: the same 1500."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 3000)
+    auto = {"enable.auto.commit": True, "auto.commit.interval.ms": 3600000}
+
+    def read_1500_then_unassign(c: Any) -> None:
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 1500:
+            assert time.monotonic() < deadline, got
+            got += len([m for m in c.consume(1500 - got, 0.2) if m.error() is None])
+        c.unassign()
+
+    plain_group = unique_group + "-plain"
+    _crash_with_committed(bs, plain_group, topic, {0: 0})
+    plain = PlainConsumer(
+        {k: v for k, v in base_conf(bs, plain_group, **auto).items() if "parallel" not in k}
+    )
+    try:
+        plain.assign([TopicPartition(topic, 0)])
+        read_1500_then_unassign(plain)
+        plain_stored = _wait_group_offset(bs, plain_group, topic, 1500)
+    finally:
+        plain.close()
+    assert plain_stored == 1500  # what confluent-kafka does
+
+    _crash_with_committed(bs, unique_group, topic, {0: 0})
+    c = Consumer(base_conf(bs, unique_group, **auto))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        assert c.catchup_status(), "precondition: catching up [0, 3000)"
+        read_1500_then_unassign(c)
+        ours = _wait_group_offset(bs, unique_group, topic, plain_stored)
+        assert ours == plain_stored, f"unassign() committed {ours}, confluent-kafka {plain_stored}"
+    finally:
+        c.close()
+
+
+def test_offsets_commit_below_the_backlog_is_a_rewind(kafka_cluster, topic_factory, unique_group):
+    """Crash with 100 committed, log end 3000 ([100, 3000) pending). commit(offsets=50)
+    rewinds, as with confluent-kafka (which stores 50): the group offset drops to <= 50."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    c = _regain(bs, unique_group, topic, 3000, 100)
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+        stored = group_offsets(bs, unique_group, topic)[0]
+        assert stored <= 50, f"commit(offsets=50) not honoured as a rewind: group offset {stored}"
+    finally:
+        c.close()
+
+
+def test_on_assign_gets_the_offsets_confluent_kafka_passes(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Crash with 1000 committed, log end 3000; subscribe(on_assign=...). confluent-kafka
+    passes OFFSET_INVALID (-1001: the committed offset applies), not the planned start."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 3000)
+
+    def assigned_offsets(cls: Any, group: str, conf: dict[str, Any]) -> list[tuple[int, int]]:
+        _crash_with_committed(bs, group, topic, {0: 1000})
+        got: list[tuple[int, int]] = []
+        c = cls(conf)
+        try:
+            c.subscribe(
+                [topic], on_assign=lambda _c, ps: got.extend((p.partition, p.offset) for p in ps)
+            )
+            deadline = time.monotonic() + 30
+            while not got:
+                assert time.monotonic() < deadline, "never assigned"
+                c.poll(0.1)
+        finally:
+            c.close()
+        return got
+
+    plain_group = unique_group + "-plain"
+    plain_conf = {k: v for k, v in base_conf(bs, plain_group).items() if "parallel" not in k}
+    plain = assigned_offsets(PlainConsumer, plain_group, plain_conf)
+    assert plain == [(0, OFFSET_INVALID)]
+    ours = assigned_offsets(Consumer, unique_group, base_conf(bs, unique_group))
+    assert ours == plain, f"on_assign got {ours}, confluent-kafka passes {plain}"
+
+
+@pytest.mark.parametrize("backlog", [False, True], ids=["no-backlog", "backlog-pending"])
+def test_user_metadata_starting_with_fr_round_trips(
+    kafka_cluster, topic_factory, unique_group, backlog
+):
+    """Metadata is the application's string: "~fr-user-data" comes back from committed()
+    as confluent-kafka returns it, whatever it starts with."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    if backlog:  # crash with 0 committed, log end 3000
+        c = _regain(bs, unique_group, topic, 3000, 0)
+        offset = 3000
+    else:
+        produce(bs, topic, 100)
+        c = Consumer(base_conf(bs, unique_group))
+        c.assign([TopicPartition(topic, 0)])
+        offset = 50
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, offset, "~fr-user-data")], asynchronous=False)
+        (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
+        assert tp.metadata == "~fr-user-data", f"committed() returned metadata {tp.metadata!r}"
+        assert tp.offset == (0 if backlog else 50)
+    finally:
+        c.close()
+
+
+def test_stats_cb_gets_the_primary_statistics_only(kafka_cluster, topic_factory, unique_group):
+    """Crash with 1000 committed, log end 5000, statistics every 100 ms: every report the
+    application's stats_cb receives is the primary's (client.id "safety-app", with the
+    "fastrebalance" object), never the child's own ("safety-app-catchup")."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    reports: list[dict[str, Any]] = []
+    c = _regain(
+        bs,
+        unique_group,
+        topic,
+        5000,
+        1000,
+        **{
+            "client.id": "safety-app",
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda raw: reports.append(json.loads(raw)),
+        },
+    )
+    try:
+        assert c.child_consumer_is_alive()
+        deadline = time.monotonic() + 1.5  # a dozen intervals, child alive throughout
+        while time.monotonic() < deadline:
+            c.poll(0.05)
+    finally:
+        c.close()
+    assert reports, "no statistics"
+    clients = sorted({r.get("client_id") for r in reports})
+    assert clients == ["safety-app"], f"stats_cb received statistics of {clients}"
+    assert all("fastrebalance" in r for r in reports)
