@@ -36,7 +36,14 @@ from ._ledger import Ledger
 from ._planning import checkpoint_is_stale
 from ._retry import Budget, call_with_retries
 from ._routing import Epoch, Run
-from ._token import ChildCheckpoint, TokenError, decode_child_checkpoint, encode_child_checkpoint
+from ._token import (
+    NO_CHECKPOINT,
+    ChildCheckpoint,
+    TokenError,
+    decode_child_checkpoint,
+    encode_child_checkpoint,
+    is_child_metadata,
+)
 
 __all__ = ["Child", "ChildState", "call_bounded"]
 
@@ -54,6 +61,15 @@ _RESET_BACKOFF_MAX_S = 30.0
 #: Shortest interval between two restarts of the child's handle (doubling up to 30 s):
 #: a handle that fails at once must not be recreated in a tight loop.
 _RESTART_BACKOFF_S = 1.0
+#: Out-of-range answers in a row for one offset inside the log before it is reported.
+_RESETS_REPORTED = 3
+#: Commit errors meaning that the catch-up group has members of its own.
+_MEMBERS_ERRORS = (
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.FENCED_INSTANCE_ID,
+)
 
 try:  # confluent-kafka >= 2.13 serializes the calls made on a handle (a reentrancy gate)
     from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
@@ -154,6 +170,7 @@ class Child:
         self._backoff: dict[Key, _Cursor] = {}  # waiting out a reset loop
         self._closed = False
         self._needs_restart = False
+        self._warned_foreign = False
         self._restart_at = 0.0
         self._restart_wait = _RESTART_BACKOFF_S
         #: Handles created so far: 1 after the first catch-up, whatever the crashes.
@@ -192,6 +209,7 @@ class Child:
                     user_error_cb(err)
 
             conf["error_cb"] = error_cb
+            conf["on_commit"] = self._on_commit
             self._handle = _RdConsumer(conf)
             self.handles_created += 1
             log.info("child consumer started (group %s)", conf.get("group.id"))
@@ -440,6 +458,15 @@ class Child:
     def _back_off(self, key: Key, cur: _Cursor) -> None:
         wait = min(_RESET_BACKOFF_S * (2**cur.resets), _RESET_BACKOFF_MAX_S)
         cur.resets += 1
+        if cur.resets == _RESETS_REPORTED and self._report is not None:
+            self._report(
+                KafkaError(
+                    KafkaError.OFFSET_OUT_OF_RANGE,
+                    f"{key[0]} [{key[1]}]: the broker keeps answering offset {cur.pos} out of "
+                    "range although the log holds it (a leader change?): the catch-up "
+                    "consumer keeps trying, with a growing pause",
+                )
+            )
         cur.retry_at = time.monotonic() + wait
         self._backoff[key] = cur
         with contextlib.suppress(KafkaException, RuntimeError):
@@ -487,6 +514,7 @@ class Child:
         """Write checkpoints to the child's log, asynchronously: the group commit that
         follows carries the same progress in its token, so nothing waits on this log
         (and a rebalance callback, or a hung broker, is never held up by it)."""
+        self.serve()
         offsets = [
             TopicPartition(k[0], k[1], cp.offset, metadata=encode_child_checkpoint(cp))
             for k, cp in checkpoints.items()
@@ -502,7 +530,46 @@ class Child:
         tps = [TopicPartition(k[0], k[1]) for k in keys]
         timeout = self._timeout if timeout_s is None else timeout_s
         got = self.handle().committed(tps, timeout=timeout)
+        foreign = [tp for tp in got if tp.offset >= 0 and not is_child_metadata(tp.metadata)]
+        if foreign:
+            tp = foreign[0]
+            self._another_group(
+                f"holds an offset fastrebalance did not write ({tp.topic} [{tp.partition}] "
+                f"at {tp.offset})"
+            )
         return {(tp.topic, tp.partition): tp for tp in got}
+
+    def serve(self) -> None:
+        """Serve the results of earlier checkpoint commits when nothing is being read (while
+        reading, consume() serves them: a poll() then could take a record out of order)."""
+        if self._handle is not None and not self._cursors and not self._closed:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._handle.poll(0)
+
+    def _on_commit(self, err: KafkaError | None, _partitions: list[TopicPartition]) -> None:
+        """Results of the checkpoint commits (served by the child's consume())."""
+        if err is None:
+            return
+        if err.code() in _MEMBERS_ERRORS:
+            self._another_group(f"has members of its own (a checkpoint commit failed: {err})")
+        else:
+            log.warning("child checkpoint commit failed: %s", err)
+
+    def _another_group(self, what: str) -> None:
+        """The catch-up group is somebody else's: its checkpoints would overwrite that
+        group's offsets (and theirs ours). Reported once; our side stays safe either way
+        (the user's group carries every claim in its token)."""
+        if self._warned_foreign:
+            return
+        self._warned_foreign = True
+        msg = (
+            f"the catch-up group {self._conf.get('group.id')!r} {what}: another application "
+            "seems to use that group id, and the catch-up checkpoints would overwrite its "
+            "offsets; set parallel.rebalance.catchup.group.id to a group id of its own"
+        )
+        log.error(msg)
+        if self._report is not None:
+            self._report(KafkaError(KafkaError._CONFLICT, msg))
 
     def retire_stale(self, added: dict[Key, tuple[int, int]], budget: Budget) -> None:
         """Clear checkpoints that would apply to the ranges a plan just ``added``.
@@ -528,7 +595,9 @@ class Child:
             except TokenError:
                 continue
             if cp is not None and checkpoint_is_stale(cp, added[key]):
-                retire.append(TopicPartition(key[0], key[1], added[key][0]))
+                retire.append(
+                    TopicPartition(key[0], key[1], added[key][0], metadata=NO_CHECKPOINT)
+                )
         if not retire:
             return
         try:

@@ -198,6 +198,7 @@ class Consumer:
         self._history: dict[Key, History] = {}
         self._assigned: dict[Key, _Assigned] = {}
         self._readings: dict[Key, Reading] = {}  # read for an assignment being delivered
+        self._plan_budget = Budget(0)  # shared by every round trip of one assignment
         self._in_rebalance = False
         self._assigned_in_callback = False
         # True while librdkafka's position() may count records the application has not
@@ -406,7 +407,8 @@ class Consumer:
             # only wait on a group that is leaving (librdkafka answers no OffsetFetch while
             # it terminates). Nothing is read, so nothing needs a plan.
             return {}
-        return self._planner.read(partitions)
+        self._plan_budget = Budget(PLAN_BUDGET_S)
+        return self._planner.read(partitions, self._plan_budget)
 
     def _plan(self, key: Key, reading: Reading, requested: int) -> Plan | None:
         restored = reading.restored
@@ -494,7 +496,7 @@ class Consumer:
         if added:
             # After the fetches started (they overlap these round trips), before anything
             # can be committed: we still hold the user's thread.
-            self._child.retire_stale(added, Budget(PLAN_BUDGET_S))
+            self._child.retire_stale(added, self._plan_budget)
         if self._in_rebalance:
             self._assigned_in_callback = True
 
@@ -823,7 +825,7 @@ class Consumer:
         if not changes:
             return
         try:
-            self._write(changes, asynchronous=True, group=group, only_changed=True)
+            self._write(changes, asynchronous=True, group=group, only_changed=True, read=False)
         except (KafkaException, RuntimeError) as exc:
             log.warning("automatic commit failed (offsets stay safe, records may repeat): %s", exc)
 
@@ -839,9 +841,14 @@ class Consumer:
         asynchronous: bool,
         group: bool = True,
         only_changed: bool = False,
+        read: bool = True,
     ) -> list[TopicPartition] | None:
         """Apply ``changes`` and write both logs: the child's checkpoints (asynchronously:
-        the group's token carries the same progress), then the group's safe offsets."""
+        the group's token carries the same progress), then the group's safe offsets.
+
+        A partition without a ledger (not ours any more, or never read) is written only
+        after reading what the group stores (``read``); automatic commits skip it instead
+        (never a round trip inside a rebalance callback or a poll())."""
         assert self._child is not None
         budget = Budget(self._commit_timeout_s)
         ledgers: dict[Key, Ledger] = {}
@@ -852,7 +859,7 @@ class Consumer:
                 ledgers[key] = a.ledger
             else:
                 unknown.append(key)
-        if unknown:
+        if unknown and read:
             # Not ours now (revoked, lost, never assigned) or never read: what the group
             # stores is read first, so the write keeps every pending range it holds.
             for key, restored in self._planner.read_logs(unknown, budget).items():
@@ -929,7 +936,9 @@ class Consumer:
     ) -> list[TopicPartition]:
         """Per partition, the lowest offset not yet processed, from both commit logs:
         the child's progress while a range is pending, the primary's offset after."""
-        budget = Budget(timeout if timeout is not None and timeout >= 0 else 3600.0)
+        # confluent-kafka's committed() without a timeout waits forever on a hung broker;
+        # ours gives up after socket.timeout.ms
+        budget = Budget(timeout if timeout is not None and timeout >= 0 else self._commit_timeout_s)
         keys = [_key(tp) for tp in partitions]
         restored = self._planner.read_logs(keys, budget)
         out = []

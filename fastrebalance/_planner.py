@@ -61,9 +61,8 @@ class Planner:
         self._primary = primary
         self._child = child
 
-    def read(self, partitions: Sequence[TopicPartition]) -> dict[Key, Reading]:
+    def read(self, partitions: Sequence[TopicPartition], budget: Budget) -> dict[Key, Reading]:
         """Per partition: the merged commit logs and both ends of the log."""
-        budget = Budget(PLAN_BUDGET_S)
         keys = [(tp.topic, tp.partition) for tp in partitions]
         out: dict[Key, Reading] = {k: Reading(None) for k in keys}
         if not keys:

@@ -34,6 +34,7 @@ from ._ranges import RangeSet
 
 __all__ = [
     "DEFAULT_METADATA_MAX_BYTES",
+    "NO_CHECKPOINT",
     "ChildCheckpoint",
     "CorruptTokenError",
     "GroupToken",
@@ -44,6 +45,7 @@ __all__ = [
     "decode_group_token",
     "encode_child_checkpoint",
     "encode_group_token",
+    "is_child_metadata",
     "is_ours",
 ]
 
@@ -55,6 +57,8 @@ _GROUP_PREFIX = "~fr"
 _GROUP_VERSION = "1"
 _CHILD_PREFIX = "~frc"
 _CHILD_VERSION = "1"
+#: What the child writes to clear a checkpoint: ours, and no checkpoint.
+NO_CHECKPOINT = "~frc:none"
 
 
 class TokenError(ValueError):
@@ -102,6 +106,11 @@ class ChildCheckpoint:
     start: int
     end: int
     offset: int
+
+
+def is_child_metadata(metadata: str | None) -> bool:
+    """Whether a commit in the catch-up group's log was written by a child consumer."""
+    return bool(metadata) and metadata.startswith(_CHILD_PREFIX)  # type: ignore[union-attr]
 
 
 def is_ours(metadata: str | None) -> bool:
@@ -270,7 +279,7 @@ def decode_child_checkpoint(metadata: str | None, offset: int) -> ChildCheckpoin
     The CRC covers the offset too, so a checkpoint whose offset was moved by a tool
     (kafka-consumer-groups --reset-offsets keeps nothing of ours) is rejected.
     """
-    if not metadata or not metadata.startswith(_CHILD_PREFIX):
+    if not metadata or not metadata.startswith(_CHILD_PREFIX) or metadata == NO_CHECKPOINT:
         return None
     head, sep, rest = metadata.partition(":")
     if not sep:

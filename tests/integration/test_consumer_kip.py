@@ -151,7 +151,7 @@ def test_user_metadata_survives_the_token(kafka_cluster, regained):
 
 
 def test_child_crash_resumes_from_what_was_committed(regained):
-    c, topic = regained(5000, 1000)
+    c, _topic = regained(5000, 1000)
     got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms))
     (child_1999,) = [m for m in got if m.offset() == 1999]
     c.commit(message=child_1999, asynchronous=False)  # the child's stream up to 2000

@@ -740,3 +740,60 @@ def test_topic_deleted_while_catching_up(
     finally:
         elapsed, outcome = timed(c.close)
     assert outcome is None and elapsed < CLOSE_BOUND_S
+
+
+# ------------------------------------------------------------ the catch-up group's name
+def test_a_catchup_group_with_offsets_of_its_own_is_reported(
+    kafka_cluster: Any, topic_factory: Callable[..., str], unique_group: str
+) -> None:
+    """``<group.id>.catchup`` is also the name of another application's group (it has
+    committed offsets on the topic): its offsets would be overwritten by our checkpoints.
+    That is reported through error_cb (once), naming the setting that fixes it."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 300)
+    plain_commit(bs, f"{unique_group}.catchup", topic, 250, None)  # the other application
+    plain_commit(bs, unique_group, topic, 100, None)
+    errors: list[KafkaError] = []
+    c = Consumer(base_conf(bs, unique_group, error_cb=errors.append))
+    try:
+        c.assign([TopicPartition(topic, 0)])  # plans [100, 300): reads the catch-up log
+        conflicts = [e for e in errors if e.code() == KafkaError._CONFLICT]
+        assert len(conflicts) == 1, errors
+        assert "parallel.rebalance.catchup.group.id" in conflicts[0].str()
+        drain_offsets(c, set(range(100, 300)))  # the catch-up itself is unaffected
+    finally:
+        c.close()
+
+
+def test_a_catchup_group_with_live_members_is_reported(
+    kafka_cluster: Any, topic_factory: Callable[..., str], unique_group: str
+) -> None:
+    """Another application's members subscribe with ``<group.id>.catchup``: the child's
+    checkpoint commits are rejected by the group coordinator. Reported through error_cb;
+    nothing is lost (the user's group carries the same progress in its token)."""
+    bs, topic, theirs = kafka_cluster.bootstrap_servers, topic_factory(1), topic_factory(1)
+    produce(bs, topic, 300)
+    member = PlainConsumer(
+        {"bootstrap.servers": bs, "group.id": f"{unique_group}.catchup", "session.timeout.ms": 6000}
+    )
+    member.subscribe([theirs])
+    deadline = time.monotonic() + 30
+    while not member.assignment():
+        assert time.monotonic() < deadline, "the other application's member never joined"
+        member.poll(0.2)
+    plain_commit(bs, unique_group, topic, 100, None)
+    errors: list[KafkaError] = []
+    c = Consumer(base_conf(bs, unique_group, error_cb=errors.append))
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        deadline = time.monotonic() + 30
+        while not any(e.code() == KafkaError._CONFLICT for e in errors):
+            assert time.monotonic() < deadline, errors
+            m = c.poll(0.2)
+            if m is not None and m.error() is None and m.offset() < 300:
+                c.commit(message=m)
+        assert sum(e.code() == KafkaError._CONFLICT for e in errors) == 1
+    finally:
+        c.close()
+        member.close()
+    assert group_offsets(bs, unique_group, topic)[0] >= 100

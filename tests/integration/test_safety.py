@@ -355,6 +355,68 @@ def test_revoke_inside_consume_commits_and_returns_only_handed_records(
     assert not problems, "; ".join(problems)
 
 
+class _RevokeMidBatch:
+    """The primary handle, except that its next consume() serves a revoke of ``partition``
+    after collecting the batch, as librdkafka does when the revoke event sits in the queue
+    behind fetched records: inside the callback, position() already counts the batch."""
+
+    def __init__(self, inner: Any, consumer: Any, partition: TopicPartition) -> None:
+        self._inner = inner
+        self._consumer = consumer
+        self._partition = partition
+        self.armed = True
+
+    def consume(self, num: int, timeout: float) -> list[Any]:
+        msgs = self._inner.consume(num, timeout)
+        if self.armed and msgs:
+            self.armed = False
+            self._consumer._on_revoke(self, [self._partition])
+        return msgs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("path", ["hot", "catching-up"])
+def test_a_revoke_inside_a_consume_batch_claims_and_returns_nothing_of_it(
+    kafka_cluster, topic_factory, unique_group, path
+):
+    """The same two checks, deterministically: a revoke served inside the primary's
+    consume() with records of the revoked partition already collected for the batch.
+    Crash with 0 committed, log end 100 (or 1000: no catch-up below the threshold),
+    auto-commit on: 50 fresh records handed out, 50 more arrive, the revoke lands in the
+    call that collects them."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    log_end = 1000 if path == "catching-up" else 5
+    c = _regain(
+        bs, unique_group, topic, log_end, 0,
+        **{"enable.auto.commit": True, "auto.commit.interval.ms": 3600000},
+        **({} if path == "catching-up" else {"parallel.rebalance.lag.threshold": 100}),
+    )  # fmt: skip
+    try:
+        produce(bs, topic, 50, start=log_end)
+        handed: set[int] = set()
+        deadline = time.monotonic() + 30
+        while not set(range(log_end, log_end + 50)) <= handed:
+            assert time.monotonic() < deadline, "fresh records never arrived"
+            handed |= {m.offset() for m in c.consume(100, 0.2) if m.error() is None}
+        produce(bs, topic, 50, start=log_end + 50)
+        time.sleep(1.0)  # fetched by the primary: the next batch collects them
+        lowest_unhanded = min(o for o in range(log_end + 101) if o not in handed)
+        c._primary = _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0))
+        returned: list[Any] = []
+        deadline = time.monotonic() + 30
+        while c._primary.armed:
+            assert time.monotonic() < deadline, "the batch never came"
+            returned += c.consume(100, 0.2)
+        assert not [m for m in returned if m.error() is None], "records of a revoked partition"
+        stored = _wait_group_offset(bs, unique_group, topic, 0, timeout=2.0)
+        assert stored <= lowest_unhanded, (stored, lowest_unhanded)
+    finally:
+        c._primary = getattr(c._primary, "_inner", c._primary)
+        c.close()
+
+
 # ------------------------------------- 3. late commit of a record from an earlier assignment
 def test_late_commit_from_an_earlier_assignment_skips_nothing(
     kafka_cluster, topic_factory, unique_group

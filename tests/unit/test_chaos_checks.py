@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastrebalance._ranges import RangeSet
 from fastrebalance._ledger import Ledger
+from fastrebalance._ranges import RangeSet
 from fastrebalance._token import ChildCheckpoint, encode_child_checkpoint, encode_group_token
 from fastrebalance.testing._chaos import (
     ChaosSettings,

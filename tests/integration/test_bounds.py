@@ -1,0 +1,170 @@
+"""Every public call returns within its documented bound on a hung broker.
+
+The bounds (docs/design.md, "Time bounds"), with S = socket.timeout.ms:
+
+| call | bound on a hung broker |
+|---|---|
+| poll(t), consume(n, t) | t + what a rebalance served inside needs (planning: PLAN_BUDGET_S) |
+| commit(asynchronous=True) | immediate (a partition no longer assigned: S, read first) |
+| commit(asynchronous=False) | S, then KafkaException(_TIMED_OUT) |
+| committed(timeout) | timeout (S without one) |
+| assign(), incremental_assign() | PLAN_BUDGET_S |
+| unassign(), store_offsets(), seek(), pause(), resume(), position() | immediate |
+| close() | 2 S (+ _REVOKE_WAIT_S for a subscribed member) |
+
+The broker is SIGSTOPped (``EmbeddedKafka.pause()``): connections stay open and nothing is
+answered, the worst kind of outage for a client. Bounds are asserted with a generous
+margin (a loaded machine), and every elapsed time is printed side by side with its bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from fastrebalance import Consumer, TopicPartition
+from fastrebalance.testing import EmbeddedKafka
+
+from .helpers import base_conf, drain, produce
+
+pytestmark = pytest.mark.integration
+
+S = 3.0  # socket.timeout.ms of these tests, seconds
+SLACK = 3.0  # a loaded machine
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedKafka]:
+    """A cluster of these tests' own: pausing it disturbs nobody else."""
+    k = EmbeddedKafka()
+    try:
+        yield k
+    finally:
+        if k.paused:
+            k.resume()
+        k.close()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.monotonic()
+    try:
+        return time.monotonic() - started, fn()
+    except KafkaException as exc:
+        return time.monotonic() - started, exc
+
+
+def _catching_up(cluster: EmbeddedKafka, group: str, **extra: Any) -> tuple[Consumer, str, Any]:
+    """Crash with 0 committed, log end 3000: a consumer catching up, a fresh record and a
+    backlog record in hand."""
+    bs = cluster.bootstrap_servers
+    topic = f"bounds-{group}"
+    cluster.create_topic(topic, 1)
+    produce(bs, topic, 3000)
+    seed = Consumer(base_conf(bs, group))
+    seed.assign([TopicPartition(topic, 0, 0)])
+    seed.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    seed.close()
+    c = Consumer(base_conf(bs, group, **{"socket.timeout.ms": int(S * 1000), **extra}))
+    c.assign([TopicPartition(topic, 0)])
+    produce(bs, topic, 10, start=3000)
+    got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms) and any(
+        m.offset() < 3000 for m in ms))
+    return c, topic, got
+
+
+def test_every_call_is_bounded_on_a_hung_broker(cluster: EmbeddedKafka, unique_group: str):
+    c, topic, got = _catching_up(cluster, unique_group, **{"enable.auto.commit": True})
+    fresh = max(got, key=lambda m: m.offset())
+    backlog = min(got, key=lambda m: m.offset())
+    tp = TopicPartition(topic, 0)
+    rows: list[tuple[str, float, float, Any]] = []
+
+    def check(name: str, bound: float, fn: Callable[[], Any]) -> Any:
+        elapsed, outcome = timed(fn)
+        rows.append((name, elapsed, bound, outcome))
+        return outcome
+
+    cluster.pause()
+    try:
+        check("commit(message, async) fresh", 0.5, lambda: c.commit(message=fresh))
+        check("commit(message, async) backlog", 0.5, lambda: c.commit(message=backlog))
+        sync = check(
+            "commit(message, sync)", S,
+            lambda: c.commit(message=fresh, asynchronous=False),
+        )  # fmt: skip
+        assert isinstance(sync, KafkaException) and sync.args[0].code() == KafkaError._TIMED_OUT
+        # an abandoned synchronous commit does not hold the handle: the owner goes on
+        check("poll(0.5)", 0.5, lambda: c.poll(0.5))
+        check("consume(10, 0.5)", 0.5, lambda: c.consume(10, 0.5))
+        check("committed(timeout=1)", 1.0, lambda: c.committed([tp], timeout=1))
+        check("committed()", S, lambda: c.committed([tp]))
+        check("position()", 0.5, lambda: c.position([tp]))
+        check("pause()", 0.5, lambda: c.pause([tp]))
+        check("resume()", 0.5, lambda: c.resume([tp]))
+        check("seek()", 0.5, lambda: c.seek(TopicPartition(topic, 0, 3005)))
+        check("unassign() (auto-commit)", 0.5, c.unassign)
+        check("commit(message, async) after unassign", S, lambda: c.commit(message=fresh))
+        check("close()", 2 * S, c.close)
+    finally:
+        cluster.resume()
+    table = "\n".join(
+        f"{name:40} {elapsed:6.2f}s  (bound {bound:g}s)  {type(outcome).__name__}"
+        for name, elapsed, bound, outcome in rows
+    )
+    print("\n" + table)
+    late = [(name, round(e, 2), b) for name, e, b, _ in rows if e > b + SLACK]
+    assert not late, f"over their bound: {late}\n{table}"
+
+
+def test_planning_on_a_hung_broker_is_bounded(
+    cluster: EmbeddedKafka, unique_group: str, monkeypatch: pytest.MonkeyPatch
+):
+    """assign() plans inside the call (a rebalance: inside poll()): one budget for all of
+    its round trips; the partition then resumes at its committed offset, skipping nothing."""
+    import fastrebalance._planner as planner
+
+    monkeypatch.setattr(planner, "PLAN_BUDGET_S", 3.0)
+    monkeypatch.setattr(planner, "REQUEST_TIMEOUT_S", 1.0)
+    bs = cluster.bootstrap_servers
+    topic = f"bounds-plan-{unique_group}"
+    cluster.create_topic(topic, 1)
+    produce(bs, topic, 100)
+    c = Consumer(base_conf(bs, unique_group, **{"socket.timeout.ms": int(S * 1000)}))
+    cluster.pause()
+    try:
+        elapsed, outcome = timed(lambda: c.assign([TopicPartition(topic, 0)]))
+        print(f"\nassign() on a hung broker: {elapsed:.2f}s (bound 3s)")
+        assert outcome is None and elapsed < 3.0 + SLACK, (elapsed, outcome)
+    finally:
+        cluster.resume()
+    try:
+        got = drain(c, lambda ms: {m.offset() for m in ms} >= set(range(100)))
+        assert min(m.offset() for m in got) == 0
+    finally:
+        c.close()
+
+
+def test_close_of_a_subscribed_member_is_bounded(cluster: EmbeddedKafka, unique_group: str):
+    """close() of a group member leaves the group and serves its revoke (which commits)
+    before librdkafka's close(): bounded by _REVOKE_WAIT_S and twice S on a hung broker."""
+    from fastrebalance._consumer import _REVOKE_WAIT_S
+
+    bs = cluster.bootstrap_servers
+    topic = f"bounds-sub-{unique_group}"
+    cluster.create_topic(topic, 1)
+    produce(bs, topic, 100)
+    conf = {"socket.timeout.ms": int(S * 1000), "enable.auto.commit": True}
+    c = Consumer(base_conf(bs, unique_group, **conf))
+    c.subscribe([topic])
+    drain(c, lambda ms: len(ms) >= 100)
+    cluster.pause()
+    try:
+        elapsed, outcome = timed(c.close)
+        print(f"\nclose() of a member on a hung broker: {elapsed:.2f}s")
+        assert outcome is None and elapsed < _REVOKE_WAIT_S + 2 * S + SLACK, (elapsed, outcome)
+    finally:
+        cluster.resume()
