@@ -475,9 +475,9 @@ class Consumer:
         if incremental:
             self._primary.incremental_assign(starts)
         else:
+            # before assign(): what the primary handed out is read while it still has them
+            self._retire([k for k in self._assigned if k not in plans])
             self._primary.assign(starts)
-            keep = set(plans)
-            self._retire([k for k in self._assigned if k not in keep])
         added: dict[Key, tuple[int, int]] = {}
         for key, plan in plans.items():
             history = self._history.setdefault(key, History())
