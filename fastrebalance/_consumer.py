@@ -394,9 +394,9 @@ class Consumer:
         keys = [k for k in keys if k in self._assigned]
         if not keys:
             return
-        handed = self._handed_positions(keys)
+        self._observe(keys, leaving=True)
         for k in keys:
-            self._assigned.pop(k).epoch.close(handed.get(k))
+            self._assigned.pop(k).epoch.close()
         assert self._child is not None
         self._child.forget(keys)
         self._revoked_in_call.update(keys)
@@ -472,11 +472,14 @@ class Consumer:
             plans[key] = plan
             start = tp.offset if plan is None or plan.start is None else plan.start
             starts.append(TopicPartition(tp.topic, tp.partition, start))
+        # Before the primary's assignment changes, close the epochs it ends: what the
+        # primary handed out is read while it still has the partitions. A partition
+        # assigned again starts a new epoch; one assign() drops is retired.
         if incremental:
+            self._retire([k for k in plans if k in self._assigned])
             self._primary.incremental_assign(starts)
         else:
-            # before assign(): what the primary handed out is read while it still has them
-            self._retire([k for k in self._assigned if k not in plans])
+            self._retire(list(self._assigned))
             self._primary.assign(starts)
         added: dict[Key, tuple[int, int]] = {}
         for key, plan in plans.items():
@@ -652,38 +655,56 @@ class Consumer:
             now = time.monotonic()
 
     # -------------------------------------------------------- what was handed
-    def _handed_positions(self, keys: list[Key]) -> dict[Key, int]:
-        """The primary's position for ``keys``: the next offset it will hand out, so
-        everything below was handed out. Unknown (empty) inside a consume() batch, where
-        librdkafka's position already counts records the application has not got."""
-        if self._untrusted_position or not keys:
-            return {}
+    def _observe(self, keys: Iterable[Key], leaving: bool = False) -> None:
+        """Record in each assigned partition's live primary run what librdkafka's position
+        says the primary handed out (the hot path records nothing per record). Inside a
+        consume() batch the position also counts records collected for the batch, so there
+        it is only an upper bound of what was handed out. ``leaving``: the partition leaves
+        the assignment, and librdkafka may already have forgotten its position (-1001 in a
+        revoke callback): the run may then reach the log end it had fetched up to."""
+        assigned = [k for k in keys if k in self._assigned]
+        if not assigned:
+            return
         try:
-            tps = self._primary.position([TopicPartition(*k) for k in keys])
-        except KafkaException:
-            return {}
-        out = {}
+            tps = self._primary.position([TopicPartition(*k) for k in assigned])
+        except (KafkaException, RuntimeError):
+            tps = [TopicPartition(k[0], k[1], -1001) for k in assigned]
+            leaving = True
         for tp in tps:
             key = _key(tp)
-            if tp.offset >= 0:
-                out[key] = tp.offset
-                a = self._assigned.get(key)
-                if a is not None:
-                    a.epoch.primary[-1].reach(tp.offset)
-        return out
+            a = self._assigned.get(key)
+            if a is None:
+                continue
+            if tp.offset < 0:
+                if leaving:
+                    a.epoch.live.widen(self._fetched_up_to(key))
+                continue  # nothing consumed yet: nothing handed out
+            if self._untrusted_position:
+                a.epoch.live.widen(tp.offset)
+            else:
+                a.epoch.live.advance(tp.offset)
+
+    def _fetched_up_to(self, key: Key) -> int | None:
+        """An upper bound of what the primary fetched: the log end it last saw."""
+        try:
+            _, high = self._primary.get_watermark_offsets(TopicPartition(*key), cached=True)
+        except (KafkaException, RuntimeError):
+            return None
+        return high if high >= 0 else None
 
     def _handed_changes(self, keys: list[Key]) -> dict[Key, Change]:
         """A bare commit: everything each stream handed out (or, with
         enable.auto.offset.store=false, what store_offsets() claimed)."""
         changes: dict[Key, Change] = {}
         auto_store = self._settings.auto_offset_store
-        handed = self._handed_positions(keys) if auto_store else {}
+        if auto_store:
+            self._observe(keys)
         for key in keys:
             a = self._assigned.get(key)
             if a is None:
                 continue
             if auto_store:
-                claims = a.epoch.handed_claims(handed.get(key))
+                claims = a.epoch.handed_claims()
                 if claims:
                     changes[key] = Change()
                     changes[key].claims = claims
@@ -695,10 +716,8 @@ class Consumer:
         history = self._history.get(key)
         if history is None:
             return Claim(offset, offset + 1, exact=False)
-        live = None
-        if history.current is not None:
-            live = self._handed_positions([key]).get(key)
-        return history.record_claim(offset, live)
+        self._observe([key])
+        return history.record_claim(offset)
 
     def _offset_changes(self, offsets: list[TopicPartition]) -> dict[Key, Change]:
         """commit(offsets=)/store_offsets(offsets=): each offset is a position of the
@@ -715,10 +734,8 @@ class Consumer:
             if history is None:
                 change.position = tp.offset
                 continue
-            live = None
-            if history.current is not None:
-                live = self._handed_positions([key]).get(key)
-            claim = history.position_claim(tp.offset, live)
+            self._observe([key])
+            claim = history.position_claim(tp.offset)
             if claim is not None:
                 change.claims.append(claim)
             a = self._assigned.get(key)
@@ -961,7 +978,8 @@ class Consumer:
         forward seek skips fresh records as a plain consumer's does."""
         key = _key(partition)
         a = self._assigned.get(key)
-        handed = self._handed_positions([key]).get(key) if a is not None else None
+        if a is not None:
+            self._observe([key])
         self._primary.seek(partition)
         if a is None:
             return
@@ -978,7 +996,7 @@ class Consumer:
                 offset = max(high, a.epoch.floor)
             else:
                 offset = a.epoch.floor
-        a.epoch.seek(offset, handed)
+        a.epoch.seek(offset)
         self._history[key].trim(a.epoch)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
@@ -1075,7 +1093,7 @@ class Consumer:
         Records fetched meanwhile are dropped: they were never handed out.
         """
         keys = list(self._assigned)
-        self._handed_positions(keys)  # what the application got, before anything else
+        self._observe(keys)  # what the application got, before anything else
         self._untrusted_position = True
         try:
             self._primary.unsubscribe()

@@ -58,36 +58,53 @@ class Claim:
 class Run:
     """Offsets ``[start, next)`` one stream handed out in order, ``last`` the last record
     (``next`` may pass it: transaction markers, aborted or compacted records hold no
-    record to hand out)."""
+    record to hand out).
 
-    __slots__ = ("last", "next", "start")
+    ``bound`` is where the run may have reached: equal to ``next`` when what was handed
+    out is known exactly, higher when only an upper bound is (a revoke served inside the
+    primary's consume(), where librdkafka's position also counts records collected for the
+    batch), None when not even that is. A bare commit claims up to ``next`` (what surely
+    was handed out); a record is looked up up to ``bound`` (what may have been).
+    """
 
-    def __init__(self, start: int, next_: int | None = None) -> None:
+    __slots__ = ("bound", "last", "next", "start")
+
+    def __init__(self, start: int) -> None:
         self.start = start
-        self.next = start if next_ is None else next_
+        self.next = start
+        self.bound: int | None = start
         self.last: int | None = None
 
     def __repr__(self) -> str:
-        return f"Run({self.start}, {self.next}, last={self.last})"
+        return f"Run({self.start}, {self.next}, bound={self.bound}, last={self.last})"
 
     def handed(self, offset: int) -> None:
         """The stream handed the record at ``offset`` to the application."""
         self.last = offset
-        if offset >= self.next:
-            self.next = offset + 1
+        self.advance(offset + 1)
 
-    def reach(self, offset: int) -> None:
-        """Nothing left to hand out below ``offset`` (end of a range, a gap passed)."""
+    def advance(self, offset: int) -> None:
+        """Everything below ``offset`` was handed out, or holds no record."""
         if offset > self.next:
             self.next = offset
+        self.widen(offset)
+
+    def widen(self, offset: int | None) -> None:
+        """The run may have reached ``offset`` (None: somewhere unknown)."""
+        if self.bound is not None:
+            self.bound = None if offset is None else max(self.bound, offset)
+
+    def holds(self, offset: int) -> bool:
+        """Whether the run may have handed out ``offset``."""
+        return self.start <= offset and (self.bound is None or offset < self.bound)
 
 
 class Epoch:
     """One assignment of one partition: the primary's start F and both streams' runs.
 
-    While the assignment is open, the primary's last run ends at librdkafka's position
-    (what it has handed out), which the caller passes as ``live_next``: the hot path
-    records nothing per record.
+    The primary's live run records nothing on the hot path: the caller observes
+    librdkafka's position into it (``Run.advance``/``Run.widen``) before asking for a
+    claim, and when the primary seeks or the partition leaves the assignment.
     """
 
     __slots__ = ("child", "floor", "open", "primary")
@@ -101,18 +118,18 @@ class Epoch:
     def __repr__(self) -> str:
         return f"Epoch(F={self.floor}, primary={self.primary}, child={self.child})"
 
+    @property
+    def live(self) -> Run:
+        """The primary's current run."""
+        return self.primary[-1]
+
     # -- recording ----------------------------------------------------------------------
-    def seek(self, offset: int, handed_next: int | None) -> None:
-        """The primary moves to ``offset``; it had handed out up to ``handed_next``."""
-        live = self.primary[-1]
-        if handed_next is not None:
-            live.reach(handed_next)
+    def seek(self, offset: int) -> None:
+        """The primary moves to ``offset`` (its live run observed first)."""
         self.primary.append(Run(offset))
 
-    def close(self, handed_next: int | None) -> None:
-        """The partition left the assignment; the primary had handed up to ``handed_next``."""
-        if self.open and handed_next is not None:
-            self.primary[-1].reach(handed_next)
+    def close(self) -> None:
+        """The partition left the assignment (its live run observed first)."""
         self.open = False
 
     def child_run(self, start: int) -> Run:
@@ -125,44 +142,32 @@ class Epoch:
         (the live run is the newest, so it is never dropped)."""
         for runs in (self.primary, self.child):
             while len(runs) > MAX_RUNS:
-                old = runs.pop(0)
-                if old.next > old.start:
-                    forgotten.add(old.start, old.next)
+                _cover(forgotten, runs.pop(0))
 
     # -- attribution --------------------------------------------------------------------
-    def _primary_runs(self, live_next: int | None) -> list[tuple[int, int]]:
+    def record_claims(self, offset: int) -> list[Claim]:
+        """The claim each stream of this epoch makes for a record at ``offset`` it may
+        have handed out (none if neither did). The primary's first run that may hold it
+        decides."""
         out = []
-        last = len(self.primary) - 1
-        for i, run in enumerate(self.primary):
-            nxt = run.next
-            if i == last and self.open and live_next is not None:
-                nxt = max(nxt, live_next)
-            out.append((run.start, nxt))
-        return out
-
-    def record_claims(self, offset: int, live_next: int | None) -> list[Claim]:
-        """The claim each stream of this epoch makes for a record at ``offset`` it handed
-        out (none if neither did). The primary's first run that holds it decides."""
-        out = []
-        for start, nxt in self._primary_runs(live_next):
-            if start <= offset < nxt:
-                if offset >= self.floor:
-                    out.append(Claim(self.floor, offset + 1))
-                else:
-                    out.append(Claim(start, offset + 1))
+        for run in self.primary:
+            if run.holds(offset):
+                start = self.floor if offset >= self.floor else run.start
+                out.append(Claim(start, offset + 1))
                 break
         for run in self.child:
-            if run.start <= offset < run.next:
+            if run.holds(offset):
                 end = run.next if offset == run.last else offset + 1
                 out.append(Claim(run.start, end, child=True))
                 break
         return out
 
-    def handed_claims(self, live_next: int | None) -> list[Claim]:
-        """Everything both streams handed out (a bare commit, the auto-commit)."""
+    def handed_claims(self) -> list[Claim]:
+        """Everything both streams surely handed out (a bare commit, the auto-commit)."""
         out = []
         fresh_end = self.floor
-        for start, nxt in self._primary_runs(live_next):
+        for run in self.primary:
+            start, nxt = run.start, run.next
             if nxt <= start:
                 continue  # nothing handed out yet (a seek, an application's own start)
             if nxt > self.floor:
@@ -175,29 +180,31 @@ class Epoch:
         out += [Claim(r.start, r.next, child=True) for r in self.child if r.next > r.start]
         return out
 
-    def position_claim(self, offset: int, live_next: int | None) -> Claim | None:
+    def position_claim(self, offset: int) -> Claim | None:
         """``commit(offsets=[offset])``: a position of the primary's stream, "the primary
         handed out everything below ``offset``". Above F it claims ``[F, offset)`` (what
         the primary skipped there, by a seek or the application's own start, is skipped
         as by a plain consumer); at or below F only what a primary run re-read there. A
-        position the primary never reached claims nothing: the backlog records the child
+        position the primary surely reached is needed: the backlog records the child
         handed out cannot be told processed from an offset alone."""
-        for start, nxt in self._primary_runs(live_next):
-            if start <= offset <= nxt:
+        for run in self.primary:
+            if run.start <= offset <= run.next:
                 if offset > self.floor:
                     return Claim(self.floor, offset)
-                return Claim(start, offset) if start < offset else None
+                return Claim(run.start, offset) if run.start < offset else None
         return None
 
-    def delivered(self, live_next: int | None) -> RangeSet:
-        out = RangeSet()
-        for start, nxt in self._primary_runs(live_next):
-            if nxt > start:
-                out.add(start, nxt)
-        for run in self.child:
-            if run.next > run.start:
-                out.add(run.start, run.next)
-        return out
+    def cover(self, into: RangeSet) -> None:
+        for run in (*self.primary, *self.child):
+            _cover(into, run)
+
+
+def _cover(into: RangeSet, run: Run) -> None:
+    """What a run may have handed out, into a coverage (an unknown bound: what it surely
+    did; records beyond claim themselves alone once no epoch remembers the run)."""
+    end = run.bound if run.bound is not None else run.next
+    if end > run.start:
+        into.add(run.start, end)
 
 
 class History:
@@ -224,13 +231,14 @@ class History:
     def begin(self, floor: int, primary_start: int) -> Epoch:
         cur = self.current
         if cur is not None:
-            cur.close(None)
+            # a new assignment of a partition still assigned: what its primary handed out
+            # is not known here, so it may have handed out anything from its run's start
+            cur.live.widen(None)
+            cur.close()
         epoch = Epoch(floor, primary_start)
         self.epochs.append(epoch)
         while len(self.epochs) > MAX_EPOCHS:
-            old = self.epochs.pop(0)
-            for s, e in old.delivered(None):
-                self.forgotten.add(s, e)
+            self.epochs.pop(0).cover(self.forgotten)
         if len(self.forgotten) > MAX_FORGOTTEN_RANGES:
             self.forgotten = self.forgotten.coalesced(MAX_FORGOTTEN_RANGES // 2)
         return epoch
@@ -238,30 +246,30 @@ class History:
     def trim(self, epoch: Epoch) -> None:
         epoch.trim(self.forgotten)
 
-    def record_claim(self, offset: int, live_next: int | None) -> Claim:
+    def record_claim(self, offset: int) -> Claim:
         """What ``commit(message=)`` of the record at ``offset`` claims: the intersection
         of what every stream that handed it out would claim (each is true if the record
         came from it, so their intersection is true whichever it came from)."""
         claims: list[Claim] = []
         for epoch in self.epochs:
-            claims += epoch.record_claims(offset, live_next if epoch.open else None)
+            claims += epoch.record_claims(offset)
         if not claims or offset in self.forgotten:
             return Claim(offset, offset + 1, exact=False)
         return _intersection(claims)
 
-    def position_claim(self, offset: int, live_next: int | None) -> Claim | None:
+    def position_claim(self, offset: int) -> Claim | None:
         """What ``commit(offsets=[offset])`` claims: the intersection over the assignments
         whose primary handed out ``offset - 1`` (see ``Epoch.position_claim``). Nothing if
         a child handed it out too: the offset may come from that record, and an offset of
         the child's claims nothing."""
         last = offset - 1
         if last in self.forgotten or any(
-            run.start <= last < run.next for epoch in self.epochs for run in epoch.child
+            run.holds(last) for epoch in self.epochs for run in epoch.child
         ):
             return None
         claims = []
         for epoch in self.epochs:
-            claim = epoch.position_claim(offset, live_next if epoch.open else None)
+            claim = epoch.position_claim(offset)
             if claim is not None:
                 claims.append(claim)
         return _intersection(claims) if claims else None

@@ -444,6 +444,37 @@ def test_late_commit_from_an_earlier_assignment_skips_nothing(
     _assert_restart_delivers(bs, unique_group, topic, unprocessed)
 
 
+@pytest.mark.parametrize("how", ["assign() again", "revoke inside consume()"])
+def test_a_held_record_from_an_assignment_of_unknown_position_skips_nothing(
+    kafka_cluster, topic_factory, unique_group, how
+):
+    """Found by the adversarial review of the rewrite. Crash with 0 committed, log end
+    20000; the application holds fresh record 20050 (the primary's) and commits nothing.
+    The partition gets a new assignment without a position of the primary to trust: assign()
+    of a partition still assigned, or a revoke served inside the primary's consume() (whose
+    position also counts the records collected for the batch) and a regain. The new child
+    reads [0, 20100) past 20050; the held record is committed: it claims [20000, 20050]."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    c = _regain(bs, unique_group, topic, 20000, 0)
+    try:
+        produce(bs, topic, 100, start=20000)
+        held = _first(c, 20050)
+        if how == "revoke inside consume()":
+            c._primary = _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0))
+            deadline = time.monotonic() + 30
+            while c._primary.armed:
+                assert time.monotonic() < deadline, "the batch never came"
+                c.consume(100, 0.2)
+            c._primary = c._primary._inner
+        c.assign([TopicPartition(topic, 0)])
+        drain(c, lambda ms: any(20050 < m.offset() < 20100 for m in ms))  # the new child
+        c.commit(message=held, asynchronous=False)
+        _assert_safe(bs, unique_group, topic, lowest_unprocessed=0)
+    finally:
+        c.close()
+    _assert_restart_delivers(bs, unique_group, topic, set(range(20000)))
+
+
 # --------------------------------------------- 4. committing the on_assign offset
 def test_commit_of_the_primary_start_offset_keeps_the_backlog(
     kafka_cluster, topic_factory, unique_group

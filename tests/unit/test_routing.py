@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -51,12 +52,13 @@ def test_a_record_claims_its_own_stream_only() -> None:
     _ledger, history, epoch = kip_session()
     child = epoch.child_run(70)
     hand(child, 70, 90)
-    # the primary handed 120..129; its record 125 claims [120, 126)
-    assert history.record_claim(125, live_next=130) == Claim(120, 126)
+    epoch.live.advance(130)  # the primary handed 120..129 (librdkafka's position: 130)
+    # its record 125 claims [120, 126)
+    assert history.record_claim(125) == Claim(120, 126)
     # the child's record 80 claims [70, 81)
-    assert history.record_claim(80, live_next=130) == Claim(70, 81, child=True)
+    assert history.record_claim(80) == Claim(70, 81, child=True)
     # a backlog offset the child has not handed out: that record alone, and not exactly
-    assert history.record_claim(100, live_next=130) == Claim(100, 101, exact=False)
+    assert history.record_claim(100) == Claim(100, 101, exact=False)
 
 
 def test_the_child_reaching_a_range_end_with_no_record_claims_up_to_it() -> None:
@@ -64,8 +66,8 @@ def test_the_child_reaching_a_range_end_with_no_record_claims_up_to_it() -> None
     ledger, history, epoch = kip_session(70, 121)  # offset 120 is a commit marker
     run = epoch.child_run(70)
     hand(run, 70, 120)
-    run.reach(121)  # the end of the partition (EOF) at or past the range end
-    assert history.record_claim(119, live_next=121) == Claim(70, 121, child=True)
+    run.advance(121)  # the end of the partition (EOF) at or past the range end
+    assert history.record_claim(119) == Claim(70, 121, child=True)
     ledger.claim(70, 121)
     assert not ledger.ranges and ledger.safe_offset == 121
 
@@ -75,8 +77,9 @@ def test_a_commit_after_the_partition_left_keeps_the_backlog() -> None:
     """Violation 1: backlog [0, 20000), the application holds fresh record 20000, the
     partition leaves the assignment, then the record is committed."""
     ledger, history, epoch = kip_session(0, 20000)
-    epoch.close(20001)  # the primary had handed out 20000
-    claim = history.record_claim(20000, live_next=None)
+    epoch.live.advance(20001)  # the primary had handed out 20000
+    epoch.close()
+    claim = history.record_claim(20000)
     assert claim == Claim(20000, 20001)
     ledger.claim(claim.start, claim.end)
     assert ledger.safe_offset == 0 and ledger.ranges.as_tuple() == ((0, 20000),)
@@ -87,15 +90,37 @@ def test_a_late_commit_from_an_earlier_assignment_claims_that_assignment_s_strea
     regained as B with [0, 7300) pending and B's child past 5000; then record 5000."""
     history = History()
     a = history.begin(4000, 4000)
-    a.close(5001)
+    a.live.advance(5001)
+    a.close()
     plan = plan_assignment(Restored(0), low=0, high=7300, threshold=0)
     b = history.begin(plan.floor, plan.run_start)
     hand(b.child_run(0), 0, 6000)
-    claim = history.record_claim(5000, live_next=7300)
+    b.live.advance(7300)
+    claim = history.record_claim(5000)
     # A's primary: [4000, 5001); B's child: [0, 5001): only [4000, 5001) is true of both
     assert claim == Claim(4000, 5001)
     plan.ledger.claim(claim.start, claim.end)
     assert plan.ledger.safe_offset == 0
+
+
+@pytest.mark.parametrize("how", ["inside a consume() batch", "assigned again while assigned"])
+def test_a_record_held_across_a_reassignment_of_unknown_position_claims_safely(how) -> None:
+    """Crash with 0 committed, log end 20000; the application holds fresh record 20050 of
+    the primary (processed: so is the primary's stream before it). The partition is
+    assigned again without a trustworthy position of the primary (a revoke served inside
+    the primary's consume(), where its position also counts collected records; or assign()
+    of a partition still assigned); the new child reads [0, 20100) past 20050; then the
+    held record is committed. It claims [20000, 20051), never the backlog below."""
+    history = History()
+    a = history.begin(20000, 20000)
+    if how == "inside a consume() batch":
+        a.live.widen(20100 + 37)  # librdkafka's position, 37 collected records included
+        a.close()
+    plan = plan_assignment(Restored(0), low=0, high=20100, threshold=0)
+    b = history.begin(plan.floor, plan.run_start)
+    hand(b.child_run(0), 0, 20060)
+    claim = history.record_claim(20050)
+    assert (claim.start, claim.end) == (20000, 20051)
 
 
 def test_committing_the_primary_s_start_offset_claims_nothing() -> None:
@@ -103,7 +128,7 @@ def test_committing_the_primary_s_start_offset_claims_nothing() -> None:
     processed); the application commits offset 3000."""
     ledger, history, epoch = kip_session(0, 3000)
     hand(epoch.child_run(0), 0, 3000)
-    assert history.position_claim(3000, live_next=3000) is None
+    assert history.position_claim(3000) is None
     change = Change()
     change.rewind = 3000
     apply_change(ledger, change)
@@ -122,27 +147,32 @@ def test_an_offset_below_the_primary_s_start_is_a_rewind() -> None:
 
 def test_a_backward_seek_re_reads_backlog_and_claims_only_what_it_re_read() -> None:
     _ledger, history, epoch = kip_session(70, 120)
-    epoch.seek(100, 126)  # the primary had handed 120..125, then seeks back to 100
+    epoch.live.advance(126)  # the primary had handed 120..125, then seeks back to 100
+    epoch.seek(100)
+    epoch.live.advance(115)
     # its record 110: [100, 111), not the backlog below 100
-    assert history.record_claim(110, live_next=115) == Claim(100, 111)
+    assert history.record_claim(110) == Claim(100, 111)
     # its old record 125 still claims from where it started
-    assert history.record_claim(125, live_next=115) == Claim(120, 126)
+    assert history.record_claim(125) == Claim(120, 126)
 
 
 def test_a_forward_seek_skips_fresh_records_as_a_plain_consumer_does() -> None:
     _, history, epoch = kip_session(70, 120)
-    epoch.seek(200, 126)
-    assert history.record_claim(205, live_next=206) == Claim(120, 206)
+    epoch.live.advance(126)
+    epoch.seek(200)
+    epoch.live.advance(206)
+    assert history.record_claim(205) == Claim(120, 206)
 
 
 def test_forgotten_assignments_make_their_records_claim_themselves_alone() -> None:
     history = History()
     first = history.begin(100, 100)
-    first.close(200)
+    first.live.advance(200)
+    first.close()
     for _ in range(20):
-        history.begin(1000, 1000).close(1000)
-    assert history.record_claim(150, None) == Claim(150, 151, exact=False)
-    assert history.position_claim(151, None) is None
+        history.begin(1000, 1000).close()
+    assert history.record_claim(150) == Claim(150, 151, exact=False)
+    assert history.position_claim(151) is None
 
 
 # -- the stateful model ---------------------------------------------------------------------
@@ -279,12 +309,12 @@ class OnePartition(RuleBasedStateMachine):
                 o += 1
             if o >= end or o >= self.log_end:
                 # a record past the piece, or the end of the log (EOF) past it
-                self.run.reach(end)
+                self.run.advance(end)
                 piece = self.ledger.ranges.next_from(end)
                 if piece is None:
                     self.cursor = None
                     return
-                self.run.reach(piece[0])
+                self.run.advance(piece[0])
                 self.cursor = [piece[0], piece[1]]
                 continue
             self.deliveries.append((o, "c", self.epochs))
@@ -334,7 +364,6 @@ class OnePartition(RuleBasedStateMachine):
     def commit(self, kind: str, pick: int, metadata: str, catch_up: bool) -> None:
         if catch_up:  # a synchronous application: everything it holds is processed first
             self.process(True, 0, len(self.done))
-        live = self.p_next if self.assigned else None
         if kind == "rewind":
             # an offset whose record no primary of this process handed out (a rewind, or
             # an offset of the child's) claims nothing: the application may commit any
@@ -345,7 +374,8 @@ class OnePartition(RuleBasedStateMachine):
             return
         if kind == "bare":
             if self.assigned and all(self.done):
-                claims = self.epoch.handed_claims(self.p_next)
+                self.observe()
+                claims = self.epoch.handed_claims()
                 if claims:
                     self.write(self.ledger, Change(claims))
             return
@@ -354,14 +384,15 @@ class OnePartition(RuleBasedStateMachine):
             return
         offset = self.deliveries[i][0]
         if kind == "message":
-            claim = self.history.record_claim(offset, live)
+            self.observe()
+            claim = self.history.record_claim(offset)
             self.write(self.ledger_for_commit(), Change([claim]))
         else:
             self.commit_position(offset + 1, metadata)
 
     def commit_position(self, offset: int, metadata: str) -> None:
-        live = self.p_next if self.assigned else None
-        claim = self.history.position_claim(offset, live)
+        self.observe()
+        claim = self.history.position_claim(offset)
         change = Change([claim] if claim is not None else [])
         change.rewind = offset
         change.metadata = metadata
@@ -378,25 +409,46 @@ class OnePartition(RuleBasedStateMachine):
         if to > self.p_next:
             # a plain consumer's skip: committing past it is the application's choice
             self.dismissed |= set(range(max(self.epoch.floor, self.p_next), to))
-        self.epoch.seek(to, self.p_next)
+        self.observe()
+        self.epoch.seek(to)
         self.p_next = to
 
-    @precondition(lambda self: self.assigned)
-    @rule(now=st.integers(0, 3))
-    def revoke(self, now: int) -> None:
-        if now:  # (rules without arguments would be drawn far more often than the rest)
-            return
-        self.epoch.close(self.p_next)
+    def observe(self) -> None:
+        """The facade reads librdkafka's position into the primary's live run."""
+        if self.assigned:
+            self.epoch.live.advance(self.p_next)
+
+    def leave(self, how: str, collected: int) -> None:
+        """The partition leaves the assignment. ``how``: the position is known (a poll());
+        only an upper bound is (a revoke inside consume(): librdkafka also counted the
+        ``collected`` records of the batch, which the application never gets); nothing is
+        (the partition is assigned again while still assigned)."""
+        if how == "known":
+            self.observe()
+            self.epoch.close()
+        elif how == "bounded":
+            self.epoch.live.widen(self.p_next + collected)
+            self.epoch.close()
         self.assigned = False
         self.cursor = None
 
     @precondition(lambda self: self.assigned)
-    @rule(produced=st.integers(0, 60))
-    def rebalance(self, produced: int) -> None:
-        """Revoked and regained at once, with records produced meanwhile: held records
-        are now from an earlier assignment."""
-        self.epoch.close(self.p_next)
-        self.assigned = False
+    @rule(now=st.integers(0, 3), how=st.sampled_from(["known", "bounded"]), n=st.integers(0, 9))
+    def revoke(self, now: int, how: str, n: int) -> None:
+        if now:  # (rules without arguments would be drawn far more often than the rest)
+            return
+        self.leave(how, n)
+
+    @precondition(lambda self: self.assigned)
+    @rule(
+        produced=st.integers(0, 60),
+        how=st.sampled_from(["known", "bounded", "unknown"]),
+        n=st.integers(0, 9),
+    )
+    def rebalance(self, produced: int, how: str, n: int) -> None:
+        """Revoked and regained at once (or assigned again while still assigned), with
+        records produced meanwhile: held records are now from an earlier assignment."""
+        self.leave(how, n)
         self.log_end += produced
         self.assign(None)
 
