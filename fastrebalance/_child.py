@@ -100,7 +100,9 @@ def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
     """
     outcome: list[Any] = []
     done = threading.Event()
-    owner = threading.get_ident()
+    # the caller's identity at the gate: its own (an asyncio wrapper's worker thread
+    # presents its call's), else its thread's
+    owner = (_GATE_IDENTITY.get() if _GATE_IDENTITY is not None else 0) or threading.get_ident()
 
     def run() -> None:
         try:
@@ -371,13 +373,13 @@ class Child:
     def _next_piece(self, key: Key, cur: _Cursor, offset: int) -> _Cursor | None:
         """Move ``cur`` to the next pending piece; seek unless ``offset`` (the record
         in hand, or the end just reached) already lies inside it."""
-        cur.run.reach(cur.end)
+        cur.run.advance(cur.end)
         piece = cur.ledger.ranges.next_from(cur.end)
         if piece is None:
             self._finish(key, cur)
             return None
         # The gap between two pieces holds nothing unprocessed: the run goes on over it.
-        cur.run.reach(piece[0])
+        cur.run.advance(piece[0])
         cur.start, cur.end = piece
         cur.pos = piece[0]
         if not (piece[0] <= offset < piece[1]):
@@ -385,7 +387,7 @@ class Child:
         return cur
 
     def _finish(self, key: Key, cur: _Cursor) -> None:
-        cur.run.reach(cur.end)
+        cur.run.advance(cur.end)
         self.stop([key])
         log.info("catch-up of %s [%d] finished: backlog delivered", key[0], key[1])
         if not self._cursors:

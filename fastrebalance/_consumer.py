@@ -30,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +127,18 @@ def _tp(key: Key, offset: int, metadata: str = "") -> TopicPartition:
     return TopicPartition(key[0], key[1], offset)
 
 
+def _transit_entries(got: Any) -> list[tuple[str, int, int]]:
+    msgs = got if isinstance(got, list) else () if got is None else (got,)
+    return [(m.topic(), m.partition(), m.offset()) for m in msgs if m.error() is None]
+
+
+def _clip(claims: list[Claim], limit: int) -> list[Claim]:
+    """The claims, cut at ``limit``: nothing at or beyond it is claimed."""
+    return [
+        Claim(c.start, min(c.end, limit), c.child, c.exact) for c in claims if c.start < limit
+    ]
+
+
 def _no_offset() -> KafkaException:
     return KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
 
@@ -164,6 +178,12 @@ class Consumer:
         self._settings, primary_conf = split_config(conf)
         self._closed = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
+        # Records handed to a wrapper (fastrebalance.aio) that has not given them to the
+        # application yet, counted per (topic, partition, offset): no bare commit claims
+        # them. Added by the thread making the call, removed by the wrapper's event loop
+        # thread: hence the lock.
+        self._in_transit: Counter[tuple[str, int, int]] = Counter()
+        self._transit_lock = threading.Lock()
         if not self._settings.enabled:
             # The primary handle: the user's group member. Owner: the user's thread.
             self._primary = _RdConsumer(primary_conf)
@@ -697,6 +717,7 @@ class Consumer:
         enable.auto.offset.store=false, what store_offsets() claimed)."""
         changes: dict[Key, Change] = {}
         auto_store = self._settings.auto_offset_store
+        limits = self._transit_limits()
         if auto_store:
             self._observe(keys)
         for key in keys:
@@ -705,12 +726,44 @@ class Consumer:
                 continue
             if auto_store:
                 claims = a.epoch.handed_claims()
+                if key in limits:
+                    claims = _clip(claims, limits[key])
                 if claims:
-                    changes[key] = Change()
-                    changes[key].claims = claims
+                    changes[key] = Change(claims)
             elif a.stored:
                 changes[key] = Change()
         return changes
+
+    def _transit_limits(self) -> dict[Key, int]:
+        """Per partition, the lowest offset handed to a wrapper but not yet received."""
+        limits: dict[Key, int] = {}
+        if self._in_transit:
+            with self._transit_lock:
+                for topic, partition, offset in self._in_transit:
+                    key = (topic, partition)
+                    limits[key] = min(offset, limits.get(key, offset))
+        return limits
+
+    def _hand(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """poll() or consume() for a wrapper that hands the records on later (the asyncio
+        twin, whose awaiting caller may be cancelled meanwhile): until ``_received()``
+        says the application has them, no bare commit or auto-commit claims them."""
+        got = getattr(self, method)(*args, **kwargs)
+        entries = _transit_entries(got)
+        if entries:
+            with self._transit_lock:
+                self._in_transit.update(entries)
+        return got
+
+    def _received(self, got: Any) -> None:
+        """The application has the records ``_hand()`` returned (any thread)."""
+        entries = _transit_entries(got)
+        if entries:
+            with self._transit_lock:
+                self._in_transit.subtract(entries)
+                for entry in entries:
+                    if self._in_transit[entry] <= 0:
+                        del self._in_transit[entry]
 
     def _record_claim(self, key: Key, offset: int) -> Claim:
         history = self._history.get(key)

@@ -77,3 +77,20 @@ def test_disabled_consumer_needs_no_broker_and_is_confluent_kafka():
 def test_enabled_without_group_id_is_rejected_by_name():
     with pytest.raises(ValueError, match=r"group\.id"):
         Consumer({"bootstrap.servers": "127.0.0.1:1", "enable.parallel.rebalance": True})
+
+
+def test_the_asyncio_twin_is_confluent_kafka_s_with_the_kip_333_calls():
+    import asyncio
+
+    import confluent_kafka.aio
+
+    from fastrebalance.aio import AIOConsumer
+
+    assert issubclass(AIOConsumer, confluent_kafka.aio.AIOConsumer)
+    theirs = {n for n in dir(confluent_kafka.aio.AIOConsumer) if not n.startswith("_")}
+    assert theirs <= set(dir(AIOConsumer))
+    for name in ("child_consumer_is_alive", "catchup_status", "commit_sync", "commit_async"):
+        assert asyncio.iscoroutinefunction(getattr(AIOConsumer, name)), name
+    assert AIOConsumer.childConsumerIsAlive is AIOConsumer.child_consumer_is_alive
+    their_init = inspect.signature(confluent_kafka.aio.AIOConsumer.__init__)
+    assert list(inspect.signature(AIOConsumer.__init__).parameters) == list(their_init.parameters)
