@@ -179,6 +179,11 @@ class Child:
         self.handles_created = 0
         #: Backlog records handed to the application (for metrics).
         self.records_delivered = 0
+        #: Partitions whose catch-up started / finished (for metrics).
+        self.catchups_started = 0
+        self.catchups_finished = 0
+        #: Checkpoint commits that failed (for metrics).
+        self.commit_failures = 0
 
     # -- lifecycle ------------------------------------------------------------
     @property
@@ -241,6 +246,8 @@ class Child:
             return
         handle = self.handle()
         fresh = key not in self._cursors
+        if fresh:
+            self.catchups_started += 1
         self._cursors[key] = _Cursor(piece[0], piece[1], ledger, epoch)
         self._backoff.pop(key, None)
         tp = TopicPartition(key[0], key[1], piece[0])
@@ -388,6 +395,7 @@ class Child:
 
     def _finish(self, key: Key, cur: _Cursor) -> None:
         cur.run.advance(cur.end)
+        self.catchups_finished += 1
         self.stop([key])
         log.info("catch-up of %s [%d] finished: backlog delivered", key[0], key[1])
         if not self._cursors:
@@ -524,6 +532,7 @@ class Child:
         try:
             self.handle().commit(offsets=offsets, asynchronous=True)
         except (KafkaException, RuntimeError) as exc:
+            self.commit_failures += 1
             log.warning("child checkpoint commit failed: %s", exc)
 
     def committed(self, keys: list[Key], timeout_s: float | None = None) -> dict[Key, Any]:
@@ -552,6 +561,7 @@ class Child:
         """Results of the checkpoint commits (served by the child's consume())."""
         if err is None:
             return
+        self.commit_failures += 1
         if err.code() in _MEMBERS_ERRORS:
             self._another_group(f"has members of its own (a checkpoint commit failed: {err})")
         else:

@@ -55,7 +55,7 @@ from ._planner import PLAN_BUDGET_S, UNKNOWN_PARTITION, Planner, Reading
 from ._planning import Plan, plan_assignment
 from ._retry import Budget, call_with_retries
 from ._routing import Claim, Epoch, History
-from ._token import ChildCheckpoint
+from ._token import ChildCheckpoint, is_ours
 
 __all__ = ["CatchupStatus", "Consumer"]
 
@@ -75,6 +75,8 @@ _SLICE_S = 0.01
 _IDLE_SLICE_S = 0.2
 #: How long close() serves the group for its revoke before closing the handles.
 _REVOKE_WAIT_S = 10.0
+#: How often a catch-up publishes its metrics snapshot (fastrebalance.metrics), seconds.
+_PUBLISH_S = 1.0
 
 _PASSTHROUGH = (
     "assign", "assignment", "close", "cluster_id", "commit", "committed", "consume",
@@ -176,6 +178,8 @@ class Consumer:
         conf.update(kwargs)
         self._settings: ParallelConfig
         self._settings, primary_conf = split_config(conf)
+        self._client_id = str(primary_conf.get("client.id", "rdkafka"))
+        self._group_id = str(primary_conf.get("group.id", ""))
         self._closed = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
         # Records handed to a wrapper (fastrebalance.aio) that has not given them to the
@@ -184,6 +188,7 @@ class Consumer:
         # thread: hence the lock.
         self._in_transit: Counter[tuple[str, int, int]] = Counter()
         self._transit_lock = threading.Lock()
+        self._published: dict[str, Any] = {}  # metrics_snapshot(): nothing with the mode off
         if not self._settings.enabled:
             # The primary handle: the user's group member. Owner: the user's thread.
             self._primary = _RdConsumer(primary_conf)
@@ -202,6 +207,9 @@ class Consumer:
             primary_conf["stats_cb"] = lambda stats: user_stats_cb(self._merge_stats(stats))
             child_conf["stats_cb"] = self._keep_child_stats
         self._error_cb = conf.get("error_cb")
+        # The group's commit results: counted (metrics), then the application's callback.
+        self._user_on_commit = primary_conf.get("on_commit")
+        primary_conf["on_commit"] = self._on_group_commit
         # librdkafka's own network request timeout bounds our synchronous commits and,
         # twice over, our close(): with a hung broker librdkafka alone would block forever.
         self._commit_timeout_s = _socket_timeout_s(primary_conf)
@@ -230,6 +238,15 @@ class Consumer:
         self._fair = 0
         self._warned_offsets = False
         self._stats_at: tuple[float, int] = (time.monotonic(), 0)
+        # Metrics (fastrebalance.metrics): counters kept by this thread, and the snapshot
+        # it publishes for any thread to read (a new dict each time: never mutated).
+        self._coalescings = 0
+        self._group_commit_failures = 0
+        self._token_bytes: dict[Key, int] = {}
+        self._token_warned: set[Key] = set()
+        self._token_warnings = 0
+        self._primary_handed_closed = 0
+        self._published_at = 0.0
         # The child's partitions being read (its own dict, shared): empty in steady state.
         self._reading = self._child._cursors
         self._auto_due = (
@@ -237,6 +254,7 @@ class Consumer:
             if self._settings.auto_commit
             else float("inf")
         )
+        self._publish()
 
     # ------------------------------------------------------------------ misc
     def __repr__(self) -> str:
@@ -331,6 +349,73 @@ class Consumer:
             "partitions": partitions,
         }
 
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """The catch-up metrics as last published, safe to read from any thread (a
+        metrics exporter's): this consumer's thread publishes them at every commit and
+        rebalance, and every second while a catch-up runs (``fastrebalance.metrics``)."""
+        return self._published
+
+    def _publish(self) -> None:
+        """Publish the metrics snapshot (this consumer's thread only)."""
+        child = self._child
+        assert child is not None
+        partitions = {}
+        for key, a in self._assigned.items():
+            ranges = a.ledger.ranges if a.ledger is not None else None
+            partitions[key] = {
+                "pending_records": ranges.count() if ranges else 0,
+                "pending_ranges": len(ranges) if ranges else 0,
+                "child_position": child.position(key),
+                "token_bytes": self._token_bytes.get(key, 0),
+            }
+        primary = self._primary_handed_closed + sum(
+            run.next - run.start for a in self._assigned.values() for run in a.epoch.primary
+        )
+        self._published = {
+            "client_id": self._client_id,
+            "group_id": self._group_id,
+            "child_alive": child.alive,
+            "partitions": partitions,
+            "records_delivered": {"primary": primary, "child": child.records_delivered},
+            "catchups_started": child.catchups_started,
+            "catchups_finished": child.catchups_finished,
+            "coalescings": self._coalescings,
+            "token_budget_bytes": self._settings.metadata_max_bytes,
+            "token_budget_warnings": self._token_warnings,
+            "commit_failures": {
+                "group": self._group_commit_failures,
+                "catchup": child.commit_failures,
+            },
+        }
+        self._published_at = time.monotonic()
+
+    def _on_group_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if err is not None or any(tp.error is not None for tp in partitions):
+            self._group_commit_failures += 1
+        if self._user_on_commit is not None:
+            self._user_on_commit(err, partitions)
+
+    def _note_token(self, key: Key, metadata: str) -> None:
+        """Token size per partition (metrics), and a warning at 75 % of the budget: past
+        the budget, ranges are coalesced and processed records are re-read."""
+        size = len(metadata.encode("utf-8")) if is_ours(metadata) else 0
+        self._token_bytes[key] = size
+        budget = self._settings.metadata_max_bytes
+        if size > 0.75 * budget:
+            if key not in self._token_warned:
+                self._token_warned.add(key)
+                self._token_warnings += 1
+                log.warning(
+                    "%s [%d]: the range token takes %d of %d bytes of commit metadata "
+                    "(parallel.rebalance.metadata.max.bytes): past it, the pending ranges "
+                    "closest together are merged and records between them are re-read",
+                    *key,
+                    size,
+                    budget,
+                )
+        elif size < 0.5 * budget:
+            self._token_warned.discard(key)
+
     # ------------------------------------------------------------ subscribe
     def subscribe(
         self,
@@ -416,10 +501,14 @@ class Consumer:
             return
         self._observe(keys, leaving=True)
         for k in keys:
-            self._assigned.pop(k).epoch.close()
+            epoch = self._assigned.pop(k).epoch
+            epoch.close()
+            self._primary_handed_closed += sum(run.next - run.start for run in epoch.primary)
+            self._token_bytes.pop(k, None)
         assert self._child is not None
         self._child.forget(keys)
         self._revoked_in_call.update(keys)
+        self._publish()
 
     def _read(self, partitions: list[TopicPartition]) -> dict[Key, Reading]:
         if self._closed:
@@ -522,6 +611,7 @@ class Consumer:
             self._child.retire_stale(added, self._plan_budget)
         if self._in_rebalance:
             self._assigned_in_callback = True
+        self._publish()
 
     # -------------------------------------------------------- assignment API
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -578,6 +668,8 @@ class Consumer:
         while True:
             if now >= self._auto_due:
                 self._tick_auto_commit(now)
+            if now - self._published_at >= _PUBLISH_S:
+                self._publish()
             if child.active:
                 if self._fair >= CHILD_SHARE:
                     got = child.consume(1)
@@ -646,6 +738,8 @@ class Consumer:
         while True:
             if now >= self._auto_due:
                 self._tick_auto_commit(now)
+            if now - self._published_at >= _PUBLISH_S:
+                self._publish()
             if child.active:
                 # One call on the primary (which may run a rebalance callback), then the
                 # child's: never back to the primary while records are held for the batch.
@@ -848,7 +942,10 @@ class Consumer:
             changes = self._handed_changes(list(self._assigned))
             if not changes:  # as librdkafka: nothing consumed, nothing to commit
                 raise _no_offset()
-        return self._write(changes, asynchronous)
+        try:
+            return self._write(changes, asynchronous)
+        finally:
+            self._publish()
 
     def commit_sync(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None
@@ -898,6 +995,7 @@ class Consumer:
             self._write(changes, asynchronous=True, group=group, only_changed=True, read=False)
         except (KafkaException, RuntimeError) as exc:
             log.warning("automatic commit failed (offsets stay safe, records may repeat): %s", exc)
+        self._publish()
 
     def _tick_auto_commit(self, now: float) -> None:
         self._auto_due = now + self._settings.auto_commit_interval_s
@@ -965,6 +1063,9 @@ class Consumer:
                 )
                 ledger.pend(gw.coalesced)
                 self._child.refresh(key)
+                self._coalescings += 1
+            if a is not None:
+                self._note_token(key, gw.metadata)
             if only_changed and a is not None and a.written == (gw.offset, gw.metadata):
                 continue
             writes.append((key, gw.offset, gw.metadata))
@@ -975,7 +1076,11 @@ class Consumer:
         if not writes:
             return None if asynchronous else []
         offsets = [_tp(k, offset, metadata) for k, offset, metadata in writes]
-        result = self._commit_group(offsets, asynchronous, budget)
+        try:
+            result = self._commit_group(offsets, asynchronous, budget)
+        except KafkaException:
+            self._group_commit_failures += 1
+            raise
         for key, offset, metadata in writes:
             a = self._assigned.get(key)
             if a is not None:

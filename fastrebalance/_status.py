@@ -191,6 +191,8 @@ class PartitionStatus:
     user_metadata: str = ""
     checkpoint: ChildCheckpoint | None = None
     problem: str | None = None
+    #: size of the range token in the group's commit metadata (0: no token)
+    token_bytes: int = 0
 
     @property
     def pending(self) -> int:
@@ -361,6 +363,7 @@ def partition_status(
         user_metadata=restored.user_metadata,
         checkpoint=checkpoint,
         problem=restored.problem,
+        token_bytes=len((group_metadata or "").encode("utf-8")) if kind == "token" else 0,
     )
 
 

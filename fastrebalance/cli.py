@@ -19,6 +19,7 @@ import logging
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import KafkaException
 
@@ -272,7 +273,47 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="a librdkafka property for the admin client (repeatable), e.g. security.protocol=SSL",
     )
+    p.add_argument(
+        "--prometheus",
+        type=_number(int, 1),
+        metavar="PORT",
+        help="serve the group's catch-up metrics for Prometheus on this port (/metrics), "
+        "read every --interval seconds, until Ctrl-C (needs prometheus_client)",
+    )
     p.set_defaults(func=_cmd_status)
+
+
+def _serve_status_metrics(reader: Any, port: int, interval: float, count: int | None) -> int:
+    """``status --prometheus``: this thread owns the reader and refreshes the snapshot;
+    the HTTP server's threads only read the latest one."""
+    import time
+
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        print("fastrebalance status: --prometheus needs prometheus_client "
+              "(pip install 'fastrebalance[prometheus]')", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    from ._status import StatusError
+    from .metrics import StatusCollector
+
+    latest: list[Any] = [reader.read()]
+    registry = CollectorRegistry()
+    registry.register(StatusCollector(lambda: latest[0]))
+    start_http_server(port, registry=registry)
+    print(f"fastrebalance status: serving metrics on http://0.0.0.0:{port}/metrics", flush=True)
+    refreshes = 1
+    try:
+        while count is None or refreshes < count:
+            time.sleep(interval)
+            try:
+                latest[0] = reader.read()
+            except StatusError as exc:  # keep serving the last snapshot
+                print(f"fastrebalance status: {exc}", file=sys.stderr, flush=True)
+            refreshes += 1
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -310,6 +351,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refused a -X property
         print(f"fastrebalance status: invalid client configuration: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+    if args.prometheus is not None:
+        return _serve_status_metrics(reader, args.prometheus, args.interval, args.count)
 
     def snapshot() -> int:
         try:

@@ -94,3 +94,11 @@ def test_every_command_has_its_help_in_the_cli_page() -> None:
     action = next(a for a in parser._actions if a.dest == "command")
     for name in action.choices:  # type: ignore[union-attr]
         assert f"<!-- fastrebalance-help: {name} -->" in text, f"document {name} in docs/cli.md"
+
+
+def test_every_metric_is_in_the_metrics_page() -> None:
+    from fastrebalance.metrics import METRICS, STATUS_METRICS
+
+    page = (DOCS / "metrics.md").read_text()
+    missing = [m.name for m in (*METRICS, *STATUS_METRICS) if f"`{m.name}`" not in page]
+    assert not missing, missing
