@@ -51,8 +51,6 @@ def apply_change(ledger: Ledger, change: Change) -> ChildCheckpoint | None:
         p = ledger.position
         if p is None or change.position > p:
             ledger.claim(p if p is not None else 0, change.position)
-    if change.rewind is not None:
-        ledger.rewind(change.rewind)
     return checkpoint
 
 
@@ -82,9 +80,17 @@ class GroupWrite:
         self.coalesced = coalesced
 
 
-def group_write(ledger: Ledger, user_metadata: str, max_bytes: int) -> GroupWrite | None:
+def group_write(
+    ledger: Ledger, user_metadata: str, max_bytes: int, rewind: int | None = None
+) -> GroupWrite | None:
     """The safe offset with the range token (or the application's metadata alone when
     nothing is pending, exactly as confluent-kafka would write it). None: nothing to say.
+
+    ``rewind``: the application committed this lower offset (a rewind): this write says
+    everything from it on is unprocessed, as confluent-kafka's would store it, but the
+    ledger keeps what it knows; as with confluent-kafka, the next commit (or a restart
+    from this one) decides where the group resumes. Rewinding the ledger itself would
+    leave offsets that nobody reads again pending forever.
 
     A token that cannot fit ``max_bytes`` even coalesced to one range (the application's
     own metadata takes the room) gives way: the bare safe offset is written with the
@@ -93,6 +99,10 @@ def group_write(ledger: Ledger, user_metadata: str, max_bytes: int) -> GroupWrit
     crash. Metadata of the application's that looks like a token is wrapped in one, so it
     reads back as the application's.
     """
+    rewound = rewind is not None and (ledger.position is None or rewind < ledger.position)
+    if rewound:
+        ledger = ledger.copy()
+        ledger.rewind(rewind)  # type: ignore[arg-type]
     safe = ledger.safe_offset
     if safe is None or ledger.position is None:
         return None
@@ -105,6 +115,6 @@ def group_write(ledger: Ledger, user_metadata: str, max_bytes: int) -> GroupWrit
         log.warning("%s: committing the safe offset %d without a range token", exc, safe)
         return GroupWrite(safe, user_metadata)
     coalesced = None
-    if written.ranges != token.ranges:
+    if written.ranges != token.ranges and not rewound:  # the ledger adopts what it wrote
         coalesced = RangeSet(written.ranges)
     return GroupWrite(written.safe_offset, text, coalesced)

@@ -1049,7 +1049,7 @@ class Consumer:
                 a.checkpoint = None
             if cp is not None:
                 checkpoints[key] = cp
-            gw = group_write(ledger, change.metadata, max_bytes)
+            gw = group_write(ledger, change.metadata, max_bytes, change.rewind)
             if gw is None:
                 continue
             if gw.coalesced is not None:

@@ -135,14 +135,21 @@ def test_committing_the_primary_s_start_offset_claims_nothing() -> None:
     assert ledger.safe_offset == 0 and ledger.ranges.as_tuple() == ((0, 3000),)
 
 
-def test_an_offset_below_the_primary_s_start_is_a_rewind() -> None:
+def test_an_offset_below_the_stored_one_is_a_rewind_until_the_next_commit() -> None:
+    """As with confluent-kafka: the rewind is what this commit stores; the next commit
+    stores what is known again. (Rewinding the ledger would make offsets pending that
+    nobody reads again, and keep the group offset down for good.)"""
     ledger, _history, _ = kip_session(0, 3000)
-    ledger.claim(3000, 3100)  # the primary's records up to 3100 were committed
+    ledger.claim(0, 3000)  # the child's stream, all of it
+    ledger.claim(3000, 3100)  # the primary's records up to 3100
     change = Change()
     change.rewind = 50
     apply_change(ledger, change)
-    assert ledger.safe_offset == 0 and ledger.position == 50
-    assert ledger.ranges.as_tuple() == ((0, 50),)
+    gw = group_write(ledger, "", 4000, change.rewind)
+    assert gw is not None and gw.offset == 50
+    assert ledger.safe_offset == 3100, "the ledger keeps what it knows"
+    gw = group_write(ledger, "", 4000)  # the next commit
+    assert gw is not None and gw.offset == 3100
 
 
 def test_a_backward_seek_re_reads_backlog_and_claims_only_what_it_re_read() -> None:
@@ -224,7 +231,7 @@ class OnePartition(RuleBasedStateMachine):
         cp = apply_change(ledger, change)
         if cp is not None:
             self.child_log = (cp.offset, encode_child_checkpoint(cp))
-        gw = group_write(ledger, change.metadata, self.max_bytes)
+        gw = group_write(ledger, change.metadata, self.max_bytes, change.rewind)
         if gw is None:
             return
         if gw.coalesced is not None:
