@@ -599,6 +599,8 @@ examples:
   fastrebalance chaos --duration 3m
   fastrebalance chaos --duration 30m --seed 1234      # replay a run's fault schedule
   fastrebalance chaos --duration 10m --faults kill,kill_commit,stop --protocol consumer
+  fastrebalance chaos --duration 5m --cpu-hog 2       # on a loaded machine
+  fastrebalance chaos --duration 5m --modes async     # only asynchronous pipelines
 """
 
 
@@ -626,8 +628,19 @@ def _fault_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def _mode_list(text: str) -> tuple[str, ...]:
+    from .testing._chaos import WORKER_MODES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names or any(n not in WORKER_MODES for n in names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: modes are a comma-separated list of {', '.join(WORKER_MODES)}"
+        )
+    return names
+
+
 def _add_chaos(commands: argparse._SubParsersAction) -> None:
-    from .testing._chaos import ALL_FAULTS
+    from .testing._chaos import ALL_FAULTS, WORKER_MODES
 
     p = commands.add_parser(
         "chaos",
@@ -635,7 +648,9 @@ def _add_chaos(commands: argparse._SubParsersAction) -> None:
         description=_paragraphs(
             "Run a producer writing uniquely numbered records and N fastrebalance consumer "
             "processes in one group, each logging what it processed (fsynced before it "
-            "commits), while faults are injected at random moments from a printed seed: "
+            "commits), each at random an in-order worker or an asynchronous pipeline "
+            "(out-of-order processing, late commits), while faults are injected at random "
+            "moments from a printed seed: "
             "SIGKILL (at random, while the child is mid-range, while a commit is in flight, "
             "while joining), SIGSTOP/SIGCONT past session.timeout.ms and "
             "max.poll.interval.ms, clean restarts, members added and removed, and the broker "
@@ -643,7 +658,8 @@ def _add_chaos(commands: argparse._SubParsersAction) -> None:
             "Then drain and check: every record delivered at least once (records deleted by "
             "retention before anyone read them are counted apart), duplicates counted, and "
             "the group's committed offset, sampled with a plain confluent-kafka consumer, "
-            "never ahead of what the consumers had durably processed. Prints a summary table "
+            "never ahead of what the consumers had durably processed, and every clean "
+            "shutdown within the library's documented time bounds. Prints a summary table "
             "with fresh-record latency percentiles; exit code 1 if a check failed.",
         ),
         epilog=_CHAOS_EXAMPLES + "\n" + _EPILOG,
@@ -713,6 +729,23 @@ def _add_chaos(commands: argparse._SubParsersAction) -> None:
         help="keep injecting past --duration until this many faults (default: 20)",
     )
     p.add_argument(
+        "--modes",
+        type=_mode_list,
+        default=WORKER_MODES,
+        metavar="LIST",
+        help="worker behaviours, one drawn per process from the seed (default: all): "
+        "inorder (consume, process, fsync, commit), async (held batches processed out of "
+        "order, commits made late)",
+    )
+    p.add_argument(
+        "--cpu-hog",
+        type=_number(int, 0),
+        default=0,
+        metavar="N",
+        help="run N busy processes beside everything, for the whole run: a loaded machine "
+        "(default: 0)",
+    )
+    p.add_argument(
         "--bootstrap-servers",
         metavar="B",
         help="use this Kafka cluster instead of an embedded one (no broker pauses then)",
@@ -746,6 +779,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         faults=args.faults,
         min_faults=args.min_faults,
         linger_ms=50,  # fewer, larger batches: the embedded broker keeps 100k per partition
+        modes=args.modes,
+        cpu_hog=args.cpu_hog,
         bootstrap_servers=args.bootstrap_servers,
         workdir=Path(args.workdir) if args.workdir else None,
     )
@@ -759,7 +794,10 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     words = ["fastrebalance", "chaos", "--duration", f"{args.duration:g}s"]
     words += ["--seed", str(result.seed)]
     defaults = build_parser().parse_args(["chaos"])
-    options = ("workers", "partitions", "rate", "protocol", "threshold", "work_us", "min_faults")
+    options = (
+        "workers", "partitions", "rate", "protocol", "threshold", "work_us", "min_faults",
+        "cpu_hog",
+    )  # fmt: skip
     for name in (*options, "bootstrap_servers"):
         value = getattr(args, name)
         if value != getattr(defaults, name):
@@ -767,6 +805,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
             words += ["--" + name.replace("_", "-"), text]
     if args.faults != defaults.faults:
         words += ["--faults", ",".join(args.faults)]
+    if args.modes != defaults.modes:
+        words += ["--modes", ",".join(args.modes)]
     command = " ".join(shlex.quote(w) for w in words)
     print()
     print(format_summary(result, command), flush=True)

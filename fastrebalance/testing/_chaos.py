@@ -5,7 +5,11 @@
 * a producer writing uniquely numbered records (value ``str(i)``) at a steady rate;
 * N consumer processes (``fastrebalance.testing._crashworker``: a ``fastrebalance.Consumer``
   with the mode on) in one group, each appending every record it is handed to its own log
-  file, which it flushes and fsyncs *before* each commit;
+  file, which it flushes and fsyncs *before* each commit. Each process is, at random (from
+  the seed; each round of starts has every mode once), an *in-order* worker (consume,
+  process, fsync, commit) or an *asynchronous pipeline* (batches held and processed out of
+  order, commits made seconds late, often after the partition moved: every commit still
+  true);
 * a fault injector drawing from a seeded ``random.Random`` (the seed is printed first, so
   a failure replays): SIGKILL at random moments, SIGKILL while the child is mid-range (the
   worker kills itself halfway through a batch of backlog records), SIGKILL while a commit is
@@ -15,7 +19,8 @@
   restarts (SIGTERM), members added and removed, and the broker process itself paused
   (SIGSTOP, then SIGCONT: its data survives);
 * a sampler reading the group's committed offsets with a plain ``confluent_kafka.Consumer``
-  every ``sample_interval_s``, then the size of every worker log.
+  every ``sample_interval_s``, then the size of every worker log;
+* optionally a CPU hog (``cpu_hog`` busy processes beside it all: a loaded machine).
 
 At the end it drains (faults stop, everything resumes, the group catches up to the log
 end) and checks:
@@ -29,7 +34,11 @@ end) and checks:
   token plus the child's checkpoint declare processed (what the next owner restores), was
   already in a log at that moment;
 * **latency**: produce-to-processing percentiles of each record's first delivery, for the
-  records the primary delivered (fresh) and for all of them.
+  records the primary delivered (fresh) and for all of them;
+* **shutdown bounds**: every clean shutdown (SIGTERM) is timed step by step from the worker's
+  events and held against the library's documented bounds (``documented_bounds``): the call
+  under way when SIGTERM came, the final synchronous commit, ``close()``. A worker that does
+  not exit in time is reported with the bound it broke and its thread stacks.
 
 Why processes and signals: a crash of the Python process is the event whose consequences
 the library's contract is about (two commit logs, checkpointed tokens). Threads cannot be
@@ -42,6 +51,7 @@ import bisect
 import heapq
 import json
 import math
+import os
 import random
 import re
 import signal
@@ -60,22 +70,28 @@ from uuid import uuid4
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
+from fastrebalance._consumer import _REVOKE_WAIT_S
 from fastrebalance._planner import PLAN_BUDGET_S as _PLAN_BUDGET_S
 from fastrebalance._planning import restore
 
 __all__ = [
     "ALL_FAULTS",
     "KILL_FAULTS",
+    "OWN_STEP",
+    "WORKER_MODES",
     "ChaosResult",
     "ChaosSettings",
     "check_samples",
     "claimed_intervals",
+    "close_limit",
+    "documented_bounds",
     "format_line",
     "format_summary",
     "parse_duration",
     "parse_line",
     "read_logs",
     "run_chaos",
+    "shutdown_report",
 ]
 
 #: Every fault the injector knows, by name (the summary counts them by these names).
@@ -91,16 +107,48 @@ ALL_FAULTS: tuple[str, ...] = (
     "broker_pause",  # SIGSTOP the broker process, SIGCONT a few seconds later
 )
 KILL_FAULTS: tuple[str, ...] = ("kill", "kill_catchup", "kill_commit", "kill_young")
+#: The worker behaviours (``_crashworker --mode``), drawn at random per process.
+WORKER_MODES: tuple[str, ...] = ("inorder", "async")
 
 _WORKER_MODULE = "fastrebalance.testing._crashworker"
 #: How long a worker armed to die mid-backlog may wait for one before it is killed anyway.
 _ARMED_GRACE_S = 8.0
-#: What a worker may take from SIGTERM to exit, by the library's documented bounds with
-#: the default socket.timeout.ms (60 s), even with the broker hung: the poll() under way
-#: (an assignment's planning: _PLAN_BUDGET_S), the final synchronous commit (one
-#: socket.timeout.ms) and close() (twice it), plus slack. Longer means a bound was broken:
-#: the worker's thread stacks are dumped to say which.
-_CLOSE_TIMEOUT_S = _PLAN_BUDGET_S + 3 * 60.0 + 30.0
+#: The worker's own steps (processing a batch, an fsync): not a library bound, a sanity one.
+_OWN_STEP_S = 30.0
+#: A step measured within this much of its bound is not reported (scheduling, a loaded CPU).
+BOUND_SLACK_S = 5.0
+
+
+def documented_bounds(
+    socket_timeout_s: float = 60.0, call_timeout_s: float = 0.1
+) -> dict[str, float]:
+    """The library's documented time bounds (docs/design.md, "Time bounds")
+    for a consumer with this ``socket.timeout.ms`` whose poll()/consume() calls use
+    ``call_timeout_s``, even with the broker hung:
+
+    * ``consume``: a poll()/consume() call: its timeout plus planning an assignment inside
+      it (``fastrebalance._planner.PLAN_BUDGET_S``);
+    * ``commit``: a synchronous commit(), or an asynchronous one of a partition no longer
+      assigned (its group offset is read first): ``socket.timeout.ms``, shared by both logs
+      (the group commit always gets at least 1 s: within ``BOUND_SLACK_S``);
+    * ``close``: twice ``socket.timeout.ms`` for the handles, after up to
+      ``fastrebalance._consumer._REVOKE_WAIT_S`` serving the revoke;
+    * ``own``: the worker's own steps (no library call).
+    """
+    return {
+        "consume": round(call_timeout_s + _PLAN_BUDGET_S, 3),
+        "commit": socket_timeout_s,
+        "close": 2 * socket_timeout_s + _REVOKE_WAIT_S,
+        "own": _OWN_STEP_S,
+    }
+
+
+def close_limit(bounds: dict[str, float]) -> float:
+    """How long a worker may take from SIGTERM to exit: the one call under way when it
+    came (a consume() or a commit), the final synchronous commit and close(), plus slack
+    for the worker's own steps (280 s with the default ``socket.timeout.ms``). Longer means
+    a bound was broken; ``shutdown_report`` says which."""
+    return max(bounds["consume"], bounds["commit"]) + bounds["commit"] + bounds["close"] + 30.0
 
 
 # ------------------------------------------------------------------------- settings
@@ -132,11 +180,22 @@ class ChaosSettings:
     compression: str = "lz4"
     bootstrap_servers: str | None = None  #: None: start an embedded cluster
     workdir: Path | None = None  #: None: a temporary directory (kept, its path is printed)
+    modes: tuple[str, ...] = WORKER_MODES  #: worker behaviours, one drawn per process
+    cpu_hog: int = 0  #: busy processes running beside the whole run (a loaded machine)
+    #: keep injecting past duration_s until every fault kind was injected once (bounded)
+    every_fault: bool = False
+    socket_timeout_ms: int = 60000  #: the workers' socket.timeout.ms (their time bounds)
+    worker_args: tuple[str, ...] = ()  #: more _crashworker arguments (tests of the harness)
 
     def validate(self) -> None:
         unknown = sorted(set(self.faults) - set(ALL_FAULTS))
         if unknown:
             raise ValueError(f"unknown faults {unknown}: choose from {', '.join(ALL_FAULTS)}")
+        bad = sorted(set(self.modes) - set(WORKER_MODES))
+        if bad or not self.modes:
+            raise ValueError(f"worker modes {bad or '()'}: choose from {', '.join(WORKER_MODES)}")
+        if self.cpu_hog < 0:
+            raise ValueError("cpu_hog must be >= 0")
         if not 1 <= self.min_workers <= self.workers <= self.max_workers:
             raise ValueError("need 1 <= min_workers <= workers <= max_workers")
         if self.protocol not in ("classic", "cooperative", "consumer"):
@@ -264,6 +323,98 @@ class SteadyProducer:
         return int(self.producer.flush(flush_timeout))
 
 
+# ------------------------------------------------------------------------ shutdowns
+#: The events a worker writes around a clean shutdown (see _crashworker): "sigterm" and
+#: "phase" by its watchdog thread (the call under way: ``phase``, since ``phase_t``, within
+#: ``bound``), the others by its main thread.
+_SHUTDOWN_EVENTS = frozenset(
+    {"sigterm", "phase", "stopping", "final_commit_begin", "final_commit_done", "close_begin",
+     "closed"}
+)  # fmt: skip
+#: What a worker's watchdog names the time between library calls.
+OWN_STEP = "the worker's own code"
+
+
+def _steps(
+    events: list[dict[str, Any]], bounds: dict[str, float]
+) -> list[tuple[str, float, float]]:
+    """The steps of a shutdown, in order: (what, started (wall clock), bound)."""
+    own = bounds.get("own", _OWN_STEP_S)
+    steps: list[tuple[str, float, float]] = []
+    for e in events:
+        kind = e.get("ev")
+        t = float(e.get("t", 0.0))
+        if kind in ("sigterm", "phase"):
+            steps.append((str(e.get("phase")), float(e.get("phase_t", t)), float(e["bound"])))
+        elif kind == "stopping":
+            steps.append(("finishing the held records", t, own))
+        elif kind == "final_commit_begin":
+            steps.append(("final commit", t, bounds["commit"]))
+        elif kind == "final_commit_done":
+            steps.append((OWN_STEP, t, own))
+        elif kind == "close_begin":
+            steps.append(("close()", t, bounds["close"]))
+        elif kind == "closed":
+            steps.append(("the interpreter's exit after close() returned", t, own))
+    steps.sort(key=lambda step: step[1])
+    out: list[tuple[str, float, float]] = []
+    for step in steps:
+        # the watchdog reports the final commit and close() too, a moment after the main
+        # thread announced them: one step
+        if out and out[-1][0] == step[0] and step[1] - out[-1][1] < 1.0:
+            continue
+        out.append(step)
+    return out
+
+
+def shutdown_report(
+    name: str,
+    events: list[dict[str, Any]],
+    sigterm_t: float,
+    now: float,
+    bounds: dict[str, float],
+    resumed_t: float | None = None,
+    exited: bool = True,
+) -> list[str]:
+    """Which documented bound (``documented_bounds``) a worker's clean shutdown broke, from
+    its shutdown events: each step that took longer than its bound (beyond
+    ``BOUND_SLACK_S``), e.g. "w3.0: final commit took 75 s (bound 60 s)"; and for a worker
+    still running at ``now`` (``exited`` False) the step it is stuck in, e.g. "w3.0: close()
+    still running after 251 s (bound 130 s)", with every step's duration. Times are wall
+    clock; a step under way while the worker was SIGSTOPped is timed from ``resumed_t``."""
+    steps = _steps(events, bounds)
+    out = []
+    timeline = []
+
+    def took(start: float, end: float) -> float:
+        if resumed_t is not None and start < resumed_t <= end:
+            start = resumed_t  # stopped meanwhile: not the step's own time
+        return end - start
+
+    for i, (what, start, bound) in enumerate(steps):
+        last = i == len(steps) - 1
+        if last and exited:
+            continue  # ended with the process: its exit is not timed here
+        d = took(start, now if last else steps[i + 1][1])
+        timeline.append(f"{what} {d:.1f} s" + (" (still running)" if last else ""))
+        if what == OWN_STEP or d <= bound + BOUND_SLACK_S:
+            continue
+        if last:
+            out.append(f"{name}: {what} still running after {d:.0f} s (bound {bound:g} s)")
+        else:
+            out.append(f"{name}: {what} took {d:.0f} s (bound {bound:g} s)")
+    if not exited:
+        if not steps:
+            out.append(
+                f"{name}: no event since SIGTERM {now - sigterm_t:.0f} s ago (its watchdog "
+                "thread never reported the call under way)"
+            )
+        elif not out:
+            out.append(f"{name}: no single step broke its bound, yet it did not exit")
+        out.append(f"{name}'s steps since SIGTERM: " + ", ".join(timeline))
+    return out
+
+
 # -------------------------------------------------------------------------- workers
 @dataclass
 class WorkerRun:
@@ -274,6 +425,7 @@ class WorkerRun:
     log: Path
     stderr: Path
     proc: subprocess.Popen[str]
+    mode: str = "inorder"
     started: float = field(default_factory=time.monotonic)
     commits: int = 0
     catchup: bool = False
@@ -285,6 +437,12 @@ class WorkerRun:
     dying: bool = False  #: the worker announced its own SIGKILL
     up: bool = False  #: it announced it was started (its signal handlers are installed)
     sigterm_sent: bool = False
+    sigterm_t: float | None = None  #: wall clock when SIGTERM was sent
+    resumed_t: float | None = None  #: wall clock of its last SIGCONT
+    bounds: dict[str, float] = field(default_factory=documented_bounds)  #: as it announced
+    shutdown: list[dict[str, Any]] = field(default_factory=list)  #: its shutdown events
+    commit_kinds: Counter[str] = field(default_factory=Counter)  #: async: kind of commit
+    commit_whens: Counter[str] = field(default_factory=Counter)  #: async: current/late
     reader: threading.Thread | None = None  #: reads its events until its stdout closes
 
     @property
@@ -296,7 +454,13 @@ class Fleet:
     """The worker processes: start, read their events, signal, restart, stop."""
 
     def __init__(
-        self, bootstrap: str, topic: str, group: str, settings: ChaosSettings, workdir: Path
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        settings: ChaosSettings,
+        workdir: Path,
+        seed: int = 0,
     ) -> None:
         self.bootstrap, self.topic, self.group = bootstrap, topic, group
         self.settings = settings
@@ -306,6 +470,12 @@ class Fleet:
         self.current: dict[int, WorkerRun] = {}  # slot -> the incarnation meant to run
         self.lock = threading.Lock()
         self.deaths: list[str] = []  # workers that exited without being told to
+        self.slow: list[str] = []  # clean shutdowns that broke a documented bound
+        self.shutdown_s: list[float] = []  # SIGTERM to exit, of every clean shutdown
+        # each process's behaviour and own seed: from the chaos seed, apart from the fault
+        # schedule's generator (a seed replays both)
+        self.worker_rng = random.Random(f"chaos-workers:{seed}")
+        self._modes_left: list[str] = []
         self._next_slot = 0
 
     def log_paths(self) -> list[Path]:
@@ -323,16 +493,24 @@ class Fleet:
         with self.lock:
             self.paths.append(log)  # before any sample could miss a line of it
         s = self.settings
+        if not self._modes_left:  # every mode once in each round, in a random order
+            self._modes_left = list(s.modes)
+            self.worker_rng.shuffle(self._modes_left)
+        mode = self._modes_left.pop()
+        worker_seed = self.worker_rng.getrandbits(32)
         args = [
             sys.executable, "-m", _WORKER_MODULE,
             "--bootstrap", self.bootstrap, "--topic", self.topic, "--group", self.group,
-            "--log", str(log), "--threshold", str(s.threshold), "--protocol", s.protocol,
+            "--log", str(log), "--mode", mode, "--seed", str(worker_seed),
+            "--threshold", str(s.threshold), "--protocol", s.protocol,
             "--work-us", str(s.work_us), "--session-timeout-ms", str(s.session_timeout_ms),
             "--max-poll-interval-ms", str(s.max_poll_interval_ms),
+            "--socket-timeout-ms", str(s.socket_timeout_ms), *s.worker_args,
         ]  # fmt: skip
         with open(err, "w") as err_file:
             proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err_file, text=True)
-        run = WorkerRun(slot, incarnation, log, err, proc)
+        run = WorkerRun(slot, incarnation, log, err, proc, mode)
+        run.bounds = documented_bounds(s.socket_timeout_ms / 1000.0)
         with self.lock:
             self.runs.append(run)
             self.current[slot] = run
@@ -356,6 +534,13 @@ class Fleet:
             kind = event.get("ev")
             if kind == "commit":
                 run.commits += 1
+                if "when" in event:  # the async pipeline's
+                    run.commit_whens[event["when"]] += 1
+                    run.commit_kinds[event.get("kind", "?")] += 1
+                elif run.mode == "async":
+                    run.commit_kinds[event.get("kind", "?")] += 1
+            elif kind in _SHUTDOWN_EVENTS:
+                run.shutdown.append(event)
             elif kind == "catchup":
                 run.catchup = bool(event["active"])
             elif kind == "assigned":
@@ -366,6 +551,10 @@ class Fleet:
                 run.dying = True
             elif kind == "started":
                 run.up = True
+                if isinstance(event.get("bounds"), dict):
+                    run.bounds = event["bounds"]
+                if event.get("mode") not in (None, run.mode):
+                    self.deaths.append(f"{run.name} runs {event['mode']}, not {run.mode}")
 
     def running(self) -> list[WorkerRun]:
         """Incarnations meant to run, up (their signal handlers are installed: SIGUSR1
@@ -395,32 +584,55 @@ class Fleet:
         run.proc.wait()
         run.stopped = False
 
+    def cont(self, run: WorkerRun) -> None:
+        """SIGCONT a SIGSTOPped worker (the time it was stopped is not its own)."""
+        if run.stopped and run.proc.poll() is None:
+            run.proc.send_signal(signal.SIGCONT)
+            run.resumed_t = time.time()
+        run.stopped = False
+
     def arm(self, run: WorkerRun, kind: str) -> None:
         """Ask the worker to kill itself at a precise moment it alone can see."""
         run.armed = kind
         run.proc.send_signal(signal.SIGUSR1 if kind == "kill_commit" else signal.SIGUSR2)
 
-    def terminate(self, run: WorkerRun, why: str, timeout: float = _CLOSE_TIMEOUT_S) -> bool:
-        """SIGTERM (a clean close); False if it had to be SIGKILLed or failed."""
-        run.ending = why
-        if run.stopped:
-            run.proc.send_signal(signal.SIGCONT)
-            run.stopped = False
+    def sigterm(self, run: WorkerRun) -> None:
+        """SIGTERM, once; the moment is what its shutdown is timed from."""
         if run.proc.poll() is None and not run.sigterm_sent:
             # once: a second SIGTERM could land after Python restored the default action
             # during interpreter shutdown, and kill a worker that closed cleanly
             run.sigterm_sent = True
+            run.sigterm_t = time.time()
             run.proc.send_signal(signal.SIGTERM)
+
+    def terminate(self, run: WorkerRun, why: str, timeout: float | None = None) -> bool:
+        """SIGTERM (a clean close); False if it had to be SIGKILLed or failed. ``timeout``:
+        by default ``close_limit`` of the bounds the worker announced."""
+        run.ending = why
+        self.cont(run)
+        self.sigterm(run)
+        limit = close_limit(run.bounds) if timeout is None else timeout
+        left = limit - (time.time() - (run.sigterm_t or time.time()))
         try:
-            run.proc.wait(timeout)
+            run.proc.wait(max(left, 0.0))
         except subprocess.TimeoutExpired:
+            if run.reader is not None:
+                run.reader.join(timeout=0.5)  # its last events, if any are in the pipe
+            with self.lock:
+                events = list(run.shutdown)
+            report = shutdown_report(
+                run.name, events, run.sigterm_t or 0.0, time.time(), run.bounds,
+                resumed_t=run.resumed_t, exited=False,
+            )  # fmt: skip
             run.proc.send_signal(signal.SIGQUIT)  # the worker dumps its threads' stacks
             time.sleep(2)
             run.proc.kill()
             run.proc.wait()
             tail = run.stderr.read_text()[-6000:]
             self.deaths.append(
-                f"{run.name} ignored SIGTERM for {timeout:g}s (close() hung?): {tail}"
+                f"{run.name} did not exit within {limit:.0f} s of SIGTERM: "
+                + "; ".join(report)
+                + f"\n{run.name}'s stack dump and stderr:\n{tail}"
             )
             return False
         if run.proc.returncode == -signal.SIGTERM and not run.up:
@@ -429,6 +641,17 @@ class Fleet:
             tail = run.stderr.read_text()[-3000:]
             self.deaths.append(f"{run.name} exited with {run.proc.returncode} on SIGTERM: {tail}")
             return False
+        if run.reader is not None:
+            run.reader.join(timeout=5.0)  # its stdout is closed: the reader ends
+        with self.lock:
+            events = list(run.shutdown)
+        now = time.time()
+        if run.sigterm_t is not None:
+            self.shutdown_s.append(now - run.sigterm_t)
+        report = shutdown_report(
+            run.name, events, run.sigterm_t or now, now, run.bounds, resumed_t=run.resumed_t
+        )
+        self.slow += report
         return True
 
     def retire(self, slot: int) -> None:
@@ -439,14 +662,11 @@ class Fleet:
         with self.lock:
             runs = list(self.current.values())
         for r in runs:
-            if r.stopped:
-                r.proc.send_signal(signal.SIGCONT)
-                r.stopped = False
+            self.cont(r)
         for r in runs:
             if r.proc.poll() is None:
                 r.ending = "end of run"
-                r.sigterm_sent = True
-                r.proc.send_signal(signal.SIGTERM)  # all at once: they leave in parallel
+                self.sigterm(r)  # all at once: they leave in parallel
         for r in runs:
             self.terminate(r, "end of run")
 
@@ -558,7 +778,14 @@ class FaultInjector:
         """Inject one fault; False when none of the configured faults had a target."""
         choices = list(self.settings.faults)
         self.rng.shuffle(choices)
+        if self.settings.every_fault:
+            choices.sort(key=lambda kind: self.counts[kind] > 0)  # the missing ones first
         return any(getattr(self, "_" + kind)() for kind in choices)  # first with a target
+
+    def missing(self) -> list[str]:
+        """Fault kinds not injected yet (of those this cluster allows)."""
+        kinds = [k for k in self.settings.faults if k != "broker_pause" or self.cluster]
+        return [k for k in kinds if not self.counts[k]]
 
     def _target(self, prefer: str = "owner") -> WorkerRun | None:
         """A running worker; mostly one that owns partitions (or is catching up, for
@@ -631,12 +858,7 @@ class FaultInjector:
         run.stopped = True
         run.proc.send_signal(signal.SIGSTOP)
 
-        def cont() -> None:
-            if run.stopped and run.proc.poll() is None:
-                run.proc.send_signal(signal.SIGCONT)
-            run.stopped = False
-
-        self._later(seconds, cont)
+        self._later(seconds, lambda: self.fleet.cont(run))
         return True
 
     def _restart(self) -> bool:
@@ -695,9 +917,7 @@ class FaultInjector:
         with self.fleet.lock:
             runs = list(self.fleet.current.values())
         for r in runs:
-            if r.stopped:
-                r.proc.send_signal(signal.SIGCONT)
-                r.stopped = False
+            self.fleet.cont(r)
             if r.armed is not None:  # disarm by killing: the fault was announced
                 self.fleet.kill(r, f"{r.armed} (end of chaos)")
                 r.armed = None
@@ -925,6 +1145,14 @@ class ChaosResult:
     violations: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)  #: log lines that disagree with the producer
     deaths: list[str] = field(default_factory=list)
+    #: clean shutdowns that broke a documented bound (``shutdown_report``)
+    bounds_exceeded: list[str] = field(default_factory=list)
+    shutdown_seconds: list[float] = field(default_factory=list)  #: SIGTERM to exit
+    modes: Counter[str] = field(default_factory=Counter)  #: worker processes per mode
+    async_commit_kinds: Counter[str] = field(default_factory=Counter)
+    #: the async pipeline's commits by when they landed: "current" (the assignment that
+    #: handed the record out), "reassigned" (a later one), "revoked" (not assigned then)
+    async_commit_whens: Counter[str] = field(default_factory=Counter)
     drained: bool = False
     low_watermarks: dict[int, int] = field(default_factory=dict)
     log_ends: dict[int, int] = field(default_factory=dict)
@@ -939,7 +1167,14 @@ class ChaosResult:
     @property
     def ok(self) -> bool:
         return (
-            not (self.lost or self.violations or self.wrong or self.deaths or self.produce_failed)
+            not (
+                self.lost
+                or self.violations
+                or self.wrong
+                or self.deaths
+                or self.bounds_exceeded
+                or self.produce_failed
+            )
             and self.drained
             and self.produced > 0
         )
@@ -953,6 +1188,7 @@ class ChaosResult:
         if not self.drained:
             out.append(f"committed offsets never reached the log ends {self.log_ends}")
         out += self.wrong[:10] + self.violations[:20] + self.deaths[:10]
+        out += self.bounds_exceeded[:10]
         return out
 
 
@@ -966,6 +1202,10 @@ def format_summary(r: ChaosResult, command: str | None = None) -> str:
     """The summary table (docs/reliability.md quotes one)."""
     s = r.settings
     faults = ", ".join(f"{k} {v}" for k, v in sorted(r.faults.items()))
+    modes = ", ".join(f"{m} {r.modes[m]}" for m in WORKER_MODES if m in s.modes)
+    kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r.async_commit_kinds.items()))
+    whens = r.async_commit_whens
+    slowest = max(r.shutdown_seconds, default=math.nan)
     rows = [
         ("command", command or "-"),
         ("seed", str(r.seed)),
@@ -974,9 +1214,15 @@ def format_summary(r: ChaosResult, command: str | None = None) -> str:
                                   f"{r.total_seconds:.0f} s"),
         ("setup", f"{s.partitions} partitions, {s.workers} workers ({s.min_workers}-"
                   f"{s.max_workers}), {s.protocol} protocol, threshold {s.threshold}, "
-                  f"{s.rate:g} records/s, {s.work_us} us/record"),
+                  f"{s.rate:g} records/s, {s.work_us} us/record"
+                  + (f", CPU hog of {s.cpu_hog} busy processes" if s.cpu_hog else "")),
         ("faults injected", f"{r.fault_total} ({faults})"),
-        ("worker processes", str(r.processes)),
+        ("worker processes", f"{r.processes} ({modes})"),
+        ("async commits", f"{sum(whens.values()):,} ({whens['revoked']:,} after the partition "
+                          f"left the member, {whens['reassigned']:,} in a later assignment of "
+                          f"it; {kinds or 'none'})"),
+        ("clean shutdowns", f"{len(r.shutdown_seconds)}, slowest {_s(slowest)} from SIGTERM "
+                            f"to exit; {len(r.bounds_exceeded)} documented bounds exceeded"),
         ("records produced", f"{r.produced:,}"),
         ("delivered (unique)", f"{r.delivered_unique:,} ({r.logged:,} log lines)"),
         ("lost", str(len(r.lost))),
@@ -998,6 +1244,10 @@ def format_summary(r: ChaosResult, command: str | None = None) -> str:
     out += [f"| {k:<{width}} | {v}" for k, v in rows]
     out.append(line)
     return "\n".join(out)
+
+
+def _s(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds:.1f} s"
 
 
 def _lat(p: dict) -> str:
@@ -1034,21 +1284,57 @@ def run_chaos(
     workdir.mkdir(parents=True, exist_ok=True)
     result = ChaosResult(seed, settings, workdir)
     out(f"chaos: seed={seed} (replay with --seed {seed}); logs in {workdir}")
+    hogs = start_cpu_hog(settings.cpu_hog)
+    if hogs:
+        out(f"chaos: CPU hog: {len(hogs)} busy processes (pids {[h.pid for h in hogs]})")
     own_cluster = None
-    if cluster is None:
-        if settings.bootstrap_servers:
-            from fastrebalance.testing._clusters import ExternalKafka
-
-            own_cluster = cluster = ExternalKafka(settings.bootstrap_servers)
-        else:
-            from fastrebalance.testing._embedded import EmbeddedKafka
-
-            own_cluster = cluster = EmbeddedKafka()
     try:
+        if cluster is None:
+            if settings.bootstrap_servers:
+                from fastrebalance.testing._clusters import ExternalKafka
+
+                own_cluster = cluster = ExternalKafka(settings.bootstrap_servers)
+            else:
+                from fastrebalance.testing._embedded import EmbeddedKafka
+
+                own_cluster = cluster = EmbeddedKafka()
         return _run(settings, cluster, rng, result, out)
     finally:
+        stop_cpu_hog(hogs)
         if own_cluster is not None:
             own_cluster.close()
+
+
+#: A busy loop that ends by itself when its parent (argv[1]) is gone, even SIGKILLed: it
+#: checks every ~20 ms of spinning.
+_HOG = """\
+import os, sys
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    for _ in range(300000):
+        pass
+"""
+
+
+def start_cpu_hog(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` processes that keep a core busy each: a loaded machine beside the run."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", _HOG, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(n)
+    ]
+
+
+def stop_cpu_hog(hogs: list[subprocess.Popen[bytes]]) -> None:
+    for h in hogs:
+        if h.poll() is None:
+            h.kill()
+    for h in hogs:
+        h.wait()
 
 
 def _run(
@@ -1067,7 +1353,7 @@ def _run(
     if "broker_pause" in s.faults and not hasattr(cluster, "pause"):
         out("chaos: broker_pause needs the embedded cluster; skipped on this one")
     producer = SteadyProducer(bootstrap, topic, s.partitions, s.rate, s.linger_ms, s.compression)
-    fleet = Fleet(bootstrap, topic, group, s, result.workdir)
+    fleet = Fleet(bootstrap, topic, group, s, result.workdir, result.seed)
     injector = FaultInjector(fleet, rng, s, cluster, out)
     sampler = OffsetSampler(bootstrap, topic, group, s.partitions, fleet, s.sample_interval_s)
     probe = PlainConsumer(
@@ -1090,7 +1376,8 @@ def _run(
         while True:
             now = time.monotonic()
             total = sum(injector.counts.values())
-            if now >= hard_end or (now >= end and total >= s.min_faults):
+            enough = total >= s.min_faults and not (s.every_fault and injector.missing())
+            if now >= hard_end or (now >= end and enough):
                 break
             injector.run_due()
             fleet.check_alive()
@@ -1149,6 +1436,13 @@ def _run(
     result.fault_log = injector.log
     result.processes = len(fleet.runs)
     result.deaths = list(fleet.deaths)
+    result.bounds_exceeded = list(fleet.slow)
+    result.shutdown_seconds = list(fleet.shutdown_s)
+    for r in fleet.runs:
+        result.modes[r.mode] += 1
+        if r.mode == "async":
+            result.async_commit_kinds.update(r.commit_kinds)
+            result.async_commit_whens.update(r.commit_whens)
     result.samples, result.sample_errors = len(sampler.samples), sampler.errors
     _check(result, producer, fleet, sampler)
     result.total_seconds = time.monotonic() - t0

@@ -5,13 +5,16 @@ a producer writes uniquely numbered records while three consumer processes in on
 (cooperative-sticky) suffer at least 20 faults drawn from every kind the harness knows:
 SIGKILL at random moments, while the child is mid-range, while a commit is in flight and
 while joining; SIGSTOP/SIGCONT past ``session.timeout.ms`` and ``max.poll.interval.ms``;
-clean restarts; members added and removed; the broker process itself paused. Then it drains
-and checks at-least-once delivery, that the group's stored offset never ran ahead of what the
-consumers had durably processed (sampled every 0.5 s by a plain consumer), and reports
-duplicates and latency percentiles.
+clean restarts; members added and removed; the broker process itself paused. Each consumer
+process is either an in-order worker or an asynchronous pipeline (out-of-order processing,
+commits made seconds late, after its partitions moved). Then it drains and checks
+at-least-once delivery, that the group's stored offset never ran ahead of what the consumers
+had durably processed (sampled every 0.5 s by a plain consumer), that every clean shutdown
+kept the library's documented time bounds, and reports duplicates and latency percentiles.
 
 The seed is printed; ``FASTREBALANCE_CHAOS_SEED`` replays one and
 ``FASTREBALANCE_CHAOS_SECONDS`` lengthens the run. Long soaks: ``fastrebalance chaos``.
+The same slice on a loaded machine: ``test_chaos_loaded.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from typing import Any
 
 import pytest
 
-from fastrebalance.testing._chaos import ALL_FAULTS, ChaosSettings, format_summary, run_chaos
+from fastrebalance.testing._chaos import (
+    ALL_FAULTS,
+    ChaosResult,
+    ChaosSettings,
+    format_summary,
+    run_chaos,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,7 +43,13 @@ def _seed() -> int | None:
     return int(env) if env else None
 
 
-def test_chaos_every_fault_loses_nothing(kafka_cluster: Any, tmp_path: Path) -> None:
+def current_test() -> str:
+    """The running test's name, for the command that replays it."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[-1].split(" ")[0]
+
+
+def every_fault_settings(tmp_path: Path, **overrides: Any) -> ChaosSettings:
+    """The slice: 3 cooperative members (2-4), 4 partitions, every kind of fault."""
     settings = ChaosSettings(
         duration_s=float(os.environ.get("FASTREBALANCE_CHAOS_SECONDS", 75)),
         seed=_seed(),
@@ -48,13 +63,33 @@ def test_chaos_every_fault_loses_nothing(kafka_cluster: Any, tmp_path: Path) -> 
         min_faults=MIN_FAULTS,
         workdir=tmp_path,
     )
-    result = run_chaos(settings, cluster=kafka_cluster, out=lambda line: print(line, flush=True))
-    summary = format_summary(result, f"FASTREBALANCE_CHAOS_SEED={result.seed} pytest {__file__}")
-    print("\n" + summary, flush=True)
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    return settings
 
+
+def run_and_check(
+    settings: ChaosSettings, cluster: Any, seed_variable: str, test: str
+) -> ChaosResult:
+    """Run a slice, print its summary (with the command that replays it: the seed in
+    ``seed_variable``, then ``test``), and check what every slice must hold."""
+    result = run_chaos(settings, cluster=cluster, out=lambda line: print(line, flush=True))
+    summary = format_summary(result, f"{seed_variable}={result.seed} pytest {test}")
+    print("\n" + summary, flush=True)
     assert result.ok, f"seed {result.seed}:\n" + "\n".join(result.problems()) + "\n" + summary
     assert result.lost == [] and result.deleted_by_retention == 0
-    assert result.fault_total >= MIN_FAULTS, result.faults
+    assert result.fault_total >= settings.min_faults, result.faults
+    # both worker behaviours ran, and the async pipeline committed
+    assert set(result.modes) == set(settings.modes), result.modes
+    assert sum(result.async_commit_whens.values()) > 0, "the async pipeline never committed"
+    return result
+
+
+def test_chaos_every_fault_loses_nothing(kafka_cluster: Any, tmp_path: Path) -> None:
+    settings = every_fault_settings(tmp_path)
+    result = run_and_check(
+        settings, kafka_cluster, "FASTREBALANCE_CHAOS_SEED", f"{__file__}::{current_test()}"
+    )
     # the run exercised what it claims to: several kinds of fault, catch-ups, both logs
     assert len(result.faults) >= 5, result.faults
     assert result.token_samples > 0, "no sample ever saw a pending range: no catch-up ran?"

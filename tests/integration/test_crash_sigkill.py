@@ -2,12 +2,14 @@
 
 The SIGKILL-only slice of the chaos harness (``fastrebalance.testing._chaos``, also behind
 ``fastrebalance chaos``), on the new consumer group protocol, whose incremental assignment
-moves a dead member's partitions without stopping the others: workers die at random
-moments, while their child reads a backlog range, while a commit is in flight, and while
-they join. The harness checks at-least-once delivery and that the group's committed offset,
-sampled every 0.5 s with a plain consumer, never ran ahead of what the workers had durably
-processed (for the bare offset and for the claim the range token plus the child checkpoint
-make). The cooperative-protocol variant with every kind of fault is ``test_chaos.py``.
+moves a dead member's partitions without stopping the others: workers (in-order ones and
+asynchronous pipelines that commit late) die at random moments, while their child reads a
+backlog range, while a commit is in flight, and while they join. The harness checks
+at-least-once delivery and that the group's committed offset, sampled every 0.5 s with a
+plain consumer, never ran ahead of what the workers had durably processed (for the bare
+offset and for the claim the range token plus the child checkpoint make). The
+cooperative-protocol variant with every kind of fault is ``test_chaos.py``; both on a loaded
+machine: ``test_chaos_loaded.py``.
 
 The seed is printed; ``FASTREBALANCE_CRASH_SEED`` replays one.
 """
@@ -20,12 +22,15 @@ from typing import Any
 
 import pytest
 
-from fastrebalance.testing._chaos import KILL_FAULTS, ChaosSettings, format_summary, run_chaos
+from fastrebalance.testing._chaos import KILL_FAULTS, ChaosSettings
+
+from .test_chaos import current_test, run_and_check
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_sigkill_chaos_kip848_loses_nothing(kafka_cluster: Any, tmp_path: Path) -> None:
+def sigkill_settings(tmp_path: Path, **overrides: Any) -> ChaosSettings:
+    """The slice: 2 KIP-848 members, 4 partitions, the four SIGKILL kinds."""
     env = os.environ.get("FASTREBALANCE_CRASH_SEED")
     settings = ChaosSettings(
         duration_s=float(os.environ.get("FASTREBALANCE_CRASH_SECONDS", 25)),
@@ -41,9 +46,14 @@ def test_sigkill_chaos_kip848_loses_nothing(kafka_cluster: Any, tmp_path: Path) 
         fault_gap_s=(1.5, 4.0),
         workdir=tmp_path,
     )
-    result = run_chaos(settings, cluster=kafka_cluster, out=lambda line: print(line, flush=True))
-    summary = format_summary(result, f"FASTREBALANCE_CRASH_SEED={result.seed} pytest {__file__}")
-    print("\n" + summary, flush=True)
-    assert result.ok, f"seed {result.seed}:\n" + "\n".join(result.problems()) + "\n" + summary
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    return settings
+
+
+def test_sigkill_chaos_kip848_loses_nothing(kafka_cluster: Any, tmp_path: Path) -> None:
+    settings = sigkill_settings(tmp_path)
+    result = run_and_check(
+        settings, kafka_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
+    )
     assert set(result.faults) <= set(KILL_FAULTS)
-    assert result.fault_total >= 6

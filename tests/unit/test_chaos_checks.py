@@ -2,34 +2,51 @@
 
 A checker that never fails proves nothing, so each verdict is exercised on a hand-made
 history: a committed offset that ran ahead of the logs, a token claim that did, records
-deleted by retention (reported apart, never counted as delivered or as a violation).
+deleted by retention (reported apart, never counted as delivered or as a violation), a
+shutdown step over its documented bound (named, with the step a stuck worker is in). And
+the async worker's own bookkeeping, which keeps its late commits true, is checked here
+against every interleaving hypothesis finds.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastrebalance._consumer import _REVOKE_WAIT_S
 from fastrebalance._ledger import Ledger
+from fastrebalance._planner import PLAN_BUDGET_S
 from fastrebalance._ranges import RangeSet
 from fastrebalance._token import ChildCheckpoint, encode_child_checkpoint, encode_group_token
 from fastrebalance.testing._chaos import (
+    BOUND_SLACK_S,
+    ChaosResult,
     ChaosSettings,
     LogRecord,
     Sample,
     _RangeMax,
     check_samples,
     claimed_intervals,
+    close_limit,
+    documented_bounds,
     format_line,
+    format_summary,
     parse_duration,
     parse_line,
     percentiles,
     read_logs,
+    shutdown_report,
+    start_cpu_hog,
+    stop_cpu_hog,
 )
+from fastrebalance.testing._crashworker import Entry, HandedLog
 
 LOG = Path("w0.0.log")
 
@@ -162,3 +179,207 @@ def test_settings_validation() -> None:
         ChaosSettings(workers=3, max_workers=2).validate()
     with pytest.raises(ValueError, match="max_poll_interval_ms"):
         ChaosSettings(session_timeout_ms=9000, max_poll_interval_ms=7000).validate()
+
+
+# ------------------------------------------------------------------ shutdown bounds
+BOUNDS = documented_bounds(60.0, 0.1)
+T0 = 1_000_000.0  # wall clock of the SIGTERM
+
+
+def _ev(kind: str, t: float, **fields: object) -> dict:
+    return {"ev": kind, "t": T0 + t, **fields}
+
+
+def _phase(kind: str, t: float, phase: str, since: float, bound: float) -> dict:
+    return _ev(kind, t, phase=phase, phase_t=T0 + since, bound=bound)
+
+
+def _clean(final_s: float = 0.01, close_s: float = 0.5) -> list[dict]:
+    """A shutdown: SIGTERM inside a consume(), the loop left 0.1 s later, then the final
+    commit and close()."""
+    return [
+        _phase("sigterm", 0.0, "consume()", -0.05, BOUNDS["consume"]),
+        _ev("stopping", 0.1),
+        _ev("final_commit_begin", 0.2),
+        _ev("final_commit_done", 0.2 + final_s, duration=final_s),
+        _ev("close_begin", 0.3 + final_s),
+        _ev("closed", 0.3 + final_s + close_s, duration=close_s),
+    ]
+
+
+def test_documented_bounds_and_the_close_limit_derive_from_the_library() -> None:
+    assert BOUNDS["consume"] == pytest.approx(0.1 + PLAN_BUDGET_S)
+    assert BOUNDS["commit"] == 60.0  # socket.timeout.ms
+    assert BOUNDS["close"] == 2 * 60.0 + _REVOKE_WAIT_S
+    # the call under way at SIGTERM, the final commit, close(), slack
+    assert close_limit(BOUNDS) == 60.0 + 60.0 + 130.0 + 30.0
+    assert close_limit(documented_bounds(10.0)) < close_limit(BOUNDS)
+
+
+def test_a_shutdown_within_its_bounds_is_not_reported() -> None:
+    events = _clean()
+    assert shutdown_report("w3.0", events, T0, T0 + 1.0, BOUNDS) == []
+
+
+def test_a_final_commit_over_its_bound_is_named() -> None:
+    events = _clean(final_s=75.0)
+    assert shutdown_report("w3.0", events, T0, T0 + 80.0, BOUNDS) == [
+        "w3.0: final commit took 75 s (bound 60 s)"
+    ]
+    # within the slack: not reported
+    events = _clean(final_s=BOUNDS["commit"] + BOUND_SLACK_S - 1)
+    assert shutdown_report("w3.0", events, T0, T0 + 80.0, BOUNDS) == []
+
+
+def test_a_close_still_running_is_named_with_every_step() -> None:
+    events = _clean()[:-1]  # no "closed"
+    report = shutdown_report("w3.0", events, T0, T0 + 251.4, BOUNDS, exited=False)
+    assert report[0] == "w3.0: close() still running after 251 s (bound 130 s)"
+    assert report[-1].startswith("w3.0's steps since SIGTERM: consume() 0.2 s")
+    assert "close() 251.1 s (still running)" in report[-1]
+
+
+def test_a_consume_that_never_returns_is_named() -> None:
+    events = [_phase("sigterm", 0.0, "consume()", -2.0, BOUNDS["consume"])]
+    report = shutdown_report("w1.2", events, T0, T0 + 100.0, BOUNDS, exited=False)
+    assert report[0] == "w1.2: consume() still running after 102 s (bound 30.1 s)"
+
+
+def test_a_commit_in_the_loop_over_its_bound_is_named_after_the_fact() -> None:
+    events = [
+        _phase("sigterm", 0.0, "commit()", -1.0, BOUNDS["commit"]),
+        _phase("phase", 70.0, "the worker's own code", 69.5, BOUNDS["own"]),
+        *_clean()[1:],
+    ]
+    for e in events[2:]:
+        e["t"] += 70.0
+    assert shutdown_report("w0.1", events, T0, T0 + 80.0, BOUNDS) == [
+        "w0.1: commit() took 70 s (bound 60 s)"
+    ]
+
+
+def test_time_spent_sigstopped_is_not_counted_against_a_step() -> None:
+    # a consume() under way when the worker was SIGSTOPped 100 s ago, SIGCONT and SIGTERM now
+    events = [_phase("sigterm", 0.0, "consume()", -100.0, BOUNDS["consume"]), *_clean()[1:]]
+    assert shutdown_report("w0.0", events, T0, T0 + 2.0, BOUNDS) != []
+    assert shutdown_report("w0.0", events, T0, T0 + 2.0, BOUNDS, resumed_t=T0 - 0.01) == []
+
+
+def test_a_worker_silent_since_sigterm_or_stuck_after_close_is_reported() -> None:
+    report = shutdown_report("w2.0", [], T0, T0 + 300.0, BOUNDS, exited=False)
+    assert report[0].startswith("w2.0: no event since SIGTERM 300 s ago")
+    report = shutdown_report("w2.0", _clean(), T0, T0 + 300.0, BOUNDS, exited=False)
+    assert report[0].startswith(
+        "w2.0: the interpreter's exit after close() returned still running after 299 s"
+    )
+
+
+def test_the_watchdog_and_the_main_thread_reporting_one_step_make_one_step() -> None:
+    events = _clean(close_s=140.0)
+    events.insert(-1, _phase("phase", events[-2]["t"] - T0 + 0.4, "close()", 0.31, 130.0))
+    report = shutdown_report("w3.0", events, T0, T0 + 200.0, BOUNDS)
+    assert report == ["w3.0: close() took 140 s (bound 130 s)"]
+
+
+# --------------------------------------------------------- the async worker's commits
+class _Msg:
+    def __init__(self, partition: int, offset: int) -> None:
+        self._p, self._o = partition, offset
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_frontier_never_passes_a_record_handed_out_before_it_that_is_not_durable(
+    data: st.DataObject,
+) -> None:
+    """The async pipeline commits a record (by message, or offset + 1) only once it is the
+    frontier: it and every record handed out before it on its partition (any stream, any
+    assignment: the same offset may come twice) durable."""
+    handed = HandedLog()
+    entries: list[Entry] = []
+    frontier: dict[int, Entry] = {}
+    for _ in range(data.draw(st.integers(1, 60))):
+        if data.draw(st.booleans()) or not entries:
+            m = _Msg(data.draw(st.integers(0, 2)), data.draw(st.integers(0, 30)))
+            entries.append(handed.hand(m, "f", 1))
+        else:
+            pending = [e for e in entries if not e.durable]
+            chosen = data.draw(st.lists(st.sampled_from(pending), unique=True)) if pending else []
+            moved = handed.make_durable(chosen)
+            for p, e in moved.items():
+                assert e.durable and e.partition == p
+                before = [x for x in entries if x.partition == p and x.seq <= e.seq]
+                assert all(x.durable for x in before), (e, before)
+                assert p not in frontier or frontier[p].seq < e.seq  # it only moves on
+                frontier[p] = e
+            # and it moved as far as it could
+            for p in {e.partition for e in chosen}:
+                queue = [x for x in entries if x.partition == p]
+                reach = next((i for i, x in enumerate(queue) if not x.durable), len(queue))
+                if reach:
+                    assert frontier[p] is queue[reach - 1]
+    assert handed.all_durable() == all(e.durable for e in entries)
+
+
+# ------------------------------------------------------------------- summary, hog
+def test_summary_counts_worker_modes_late_commits_and_shutdowns() -> None:
+    result = ChaosResult(1, ChaosSettings(cpu_hog=2), Path("/tmp/x"))
+    result.modes.update({"inorder": 4, "async": 3})
+    result.processes = 7
+    result.async_commit_whens.update({"current": 10, "revoked": 5, "reassigned": 2})
+    result.async_commit_kinds.update({"message_sync": 9, "offsets": 8})
+    result.shutdown_seconds = [1.5, 12.25]
+    text = format_summary(result)
+    assert "| worker processes      | 7 (inorder 4, async 3)" in text
+    assert "17 (5 after the partition left the member, 2 in a later assignment" in text
+    assert "message_sync 9, offsets 8" in text
+    assert "2, slowest 12.2 s from SIGTERM to exit; 0 documented bounds exceeded" in text
+    assert "CPU hog of 2 busy processes" in text
+    result.bounds_exceeded = ["w3.0: final commit took 75 s (bound 60 s)"]
+    assert not result.ok and "w3.0: final commit took 75 s (bound 60 s)" in result.problems()
+
+
+def test_settings_reject_unknown_modes() -> None:
+    with pytest.raises(ValueError, match="worker modes"):
+        ChaosSettings(modes=("inorder", "lazy")).validate()
+    with pytest.raises(ValueError, match="worker modes"):
+        ChaosSettings(modes=()).validate()
+    with pytest.raises(ValueError, match="cpu_hog"):
+        ChaosSettings(cpu_hog=-1).validate()
+
+
+def test_the_cpu_hog_is_stopped_and_dies_with_its_parent() -> None:
+    hogs = start_cpu_hog(2)
+    assert all(h.poll() is None for h in hogs)
+    stop_cpu_hog(hogs)
+    assert all(h.poll() is not None for h in hogs)
+    # a harness SIGKILLed mid-run leaves no hog behind
+    code = (
+        "import sys, time\n"
+        "from fastrebalance.testing._chaos import start_cpu_hog\n"
+        "print(start_cpu_hog(1)[0].pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
