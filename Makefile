@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,spark]'
+	$(PY) -m pip install --quiet -e '.[test,docs,spark,prometheus,otel]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 demo: $(STAMP)
@@ -17,6 +17,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fastrebalance tests examples benchmarks
+	$(VENV)/bin/mypy
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs/mkdocs.yml

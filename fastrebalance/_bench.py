@@ -780,8 +780,9 @@ def _throughput_table(result: BenchResult) -> list[str]:
         }
         met = []
         for name, variant in (("off", OFF), ("on", ON)):
-            if ratio[variant] is not None:
-                ok = ratio[variant] >= TARGET_THROUGHPUT[(loop, variant)]
+            value = ratio[variant]
+            if value is not None:
+                ok = value >= TARGET_THROUGHPUT[(loop, variant)]
                 met.append(f"{name} {'✓' if ok else '✗'}")
         call = (
             f"poll({s.poll_timeout_s:g})"

@@ -32,6 +32,9 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer as _RdConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+# confluent-kafka serializes the calls made on a handle (a reentrancy gate, since 2.14)
+from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
+
 from ._ledger import Ledger
 from ._planning import checkpoint_is_stale
 from ._retry import Budget, call_with_retries
@@ -71,10 +74,6 @@ _MEMBERS_ERRORS = (
     KafkaError.FENCED_INSTANCE_ID,
 )
 
-try:  # confluent-kafka >= 2.13 serializes the calls made on a handle (a reentrancy gate)
-    from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
-except ImportError:  # pragma: no cover - older confluent-kafka: no gate
-    _GATE_IDENTITY = None
 
 
 def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
@@ -102,12 +101,11 @@ def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
     done = threading.Event()
     # the caller's identity at the gate: its own (an asyncio wrapper's worker thread
     # presents its call's), else its thread's
-    owner = (_GATE_IDENTITY.get() if _GATE_IDENTITY is not None else 0) or threading.get_ident()
+    owner = _GATE_IDENTITY.get() or threading.get_ident()
 
     def run() -> None:
         try:
-            if _GATE_IDENTITY is not None:
-                _GATE_IDENTITY.set(owner)
+            _GATE_IDENTITY.set(owner)
             outcome.append((True, fn()))
         except BaseException as exc:  # handed to the caller below
             outcome.append((False, exc))
@@ -354,11 +352,12 @@ class Child:
             if err is not None:
                 self._on_error(m, err)
                 continue
-            key = (m.topic(), m.partition())
+            # a record (not an event): topic, partition and offset are all set
+            key: Key = (m.topic(), m.partition())  # type: ignore[assignment]
             cur = cursors.get(key)
             if cur is None:
                 continue  # fetched before the partition was stopped
-            o = m.offset()
+            o: int = m.offset()  # type: ignore[assignment]
             if o < cur.pos:
                 continue  # fetched before a seek
             if o >= cur.end:
@@ -411,13 +410,14 @@ class Child:
             self.handle().incremental_assign([tp])
 
     def _on_error(self, m: Message, err: KafkaError) -> None:
-        key = (m.topic(), m.partition())
+        key: Key = (m.topic(), m.partition())  # type: ignore[assignment]
         cur = self._cursors.get(key)
         code = err.code()
+        offset = m.offset()
         if code == KafkaError._PARTITION_EOF:
             # The end of the log: nothing left below it that the application could see.
-            if cur is not None and m.offset() >= cur.end:
-                self._next_piece(key, cur, m.offset())
+            if cur is not None and offset is not None and offset >= cur.end:
+                self._next_piece(key, cur, offset)
         elif code == KafkaError._AUTO_OFFSET_RESET and cur is not None:
             self._out_of_range(key, cur)
         else:

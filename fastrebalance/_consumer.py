@@ -141,6 +141,14 @@ def _clip(claims: list[Claim], limit: int) -> list[Claim]:
     ]
 
 
+def _record(message: Message) -> tuple[Key, int]:
+    """The partition and offset of a record the application commits or stores."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if message.error() is not None or topic is None or partition is None or offset is None:
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "not a record: cannot commit"))
+    return (topic, partition), offset
+
+
 def _no_offset() -> KafkaException:
     return KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
 
@@ -926,14 +934,10 @@ class Consumer:
             raise KafkaException(
                 KafkaError(KafkaError._INVALID_ARG, "commit() takes message or offsets, not both")
             )
+        changes: dict[Key, Change]
         if message is not None:
-            if message.error() is not None:
-                raise KafkaException(
-                    KafkaError(KafkaError._INVALID_ARG, "cannot commit an error event")
-                )
-            key = (message.topic(), message.partition())
-            changes = {key: Change()}
-            changes[key].claims.append(self._record_claim(key, message.offset()))
+            key, offset = _record(message)
+            changes = {key: Change([self._record_claim(key, offset)])}
         elif offsets is not None:
             changes = self._offset_changes(offsets)
             if not changes:
@@ -967,11 +971,11 @@ class Consumer:
     ) -> None:
         """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
         written by the next commit() or auto-commit."""
+        changes: dict[Key, Change]
         if message is not None:
             self._primary.store_offsets(message=message)
-            key = (message.topic(), message.partition())
-            changes = {key: Change()}
-            changes[key].claims.append(self._record_claim(key, message.offset()))
+            key, offset = _record(message)
+            changes = {key: Change([self._record_claim(key, offset)])}
         else:
             self._primary.store_offsets(offsets=offsets)
             changes = self._offset_changes(offsets or [])
@@ -1173,7 +1177,8 @@ class Consumer:
         kwargs: dict[str, Any] = {"cached": cached}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        return self._primary.get_watermark_offsets(partition, **kwargs)  # type: ignore[no-any-return]
+        low, high = self._primary.get_watermark_offsets(partition, **kwargs)
+        return low, high
 
     def offsets_for_times(
         self, partitions: list[TopicPartition], timeout: float | None = None

@@ -302,7 +302,7 @@ def run_demo(
             " each stamped with its produce time"
         )
 
-        common = {
+        common: dict[str, Any] = {
             "bootstrap": bootstrap,
             "topic": topic,
             "start": committed,

@@ -147,13 +147,14 @@ class Planner:
         )
         try:
             for which in (OFFSET_BEGINNING, OFFSET_END):
-                got = call_with_retries(
-                    lambda which=which: self._primary.offsets_for_times(
-                        [TopicPartition(k[0], k[1], which) for k in keys],
-                        timeout=budget.request_timeout(REQUEST_TIMEOUT_S),
-                    ),
-                    max_seconds=budget.remaining(),
-                )
+                ask = [TopicPartition(k[0], k[1], which) for k in keys]
+
+                def list_offsets(ask: list[TopicPartition] = ask) -> list[TopicPartition]:
+                    return self._primary.offsets_for_times(
+                        ask, timeout=budget.request_timeout(REQUEST_TIMEOUT_S)
+                    )
+
+                got = call_with_retries(list_offsets, max_seconds=budget.remaining())
                 for tp in got:
                     key = (tp.topic, tp.partition)
                     if tp.error is None and tp.offset >= 0 and key in ends:
@@ -168,15 +169,16 @@ class Planner:
             if budget.remaining() == 0:
                 out[key] = spent
                 continue
-            try:
-                out[key] = call_with_retries(
-                    lambda key=key: self._primary.get_watermark_offsets(
-                        TopicPartition(*key),
-                        timeout=budget.request_timeout(REQUEST_TIMEOUT_S),
-                        cached=False,
-                    ),
-                    max_seconds=budget.remaining(),
+            def watermarks(key: Key = key) -> tuple[int, int]:
+                low, high = self._primary.get_watermark_offsets(
+                    TopicPartition(*key),
+                    timeout=budget.request_timeout(REQUEST_TIMEOUT_S),
+                    cached=False,
                 )
+                return low, high
+
+            try:
+                out[key] = call_with_retries(watermarks, max_seconds=budget.remaining())
             except KafkaException as exc:
                 out[key] = exc
         return out

@@ -94,7 +94,8 @@ class RangeSet:
                 return (max(start, offset), end)
         i += 1
         if i < len(self._map):
-            return self._map.peekitem(i)
+            start, end = self._map.peekitem(i)
+            return (start, end)
         return None
 
     def last_overlapping(self, start: int, end: int) -> tuple[int, int] | None:

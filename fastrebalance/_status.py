@@ -35,7 +35,10 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    OffsetSpec,
+)
 
 from ._config import CATCHUP_GROUP_SUFFIX
 from ._planning import restore
@@ -491,8 +494,8 @@ class StatusReader:
             )
         found = {(tp.topic, tp.partition): tp for tp in committed}
         child = {(tp.topic, tp.partition): tp for tp in self._committed(self.catchup_group, wanted)}
-        low = self._watermarks(wanted, OffsetSpec.earliest())
-        high = self._watermarks(wanted, OffsetSpec.latest())
+        low = self._watermarks(wanted, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        high = self._watermarks(wanted, OffsetSpec.latest())  # type: ignore[no-untyped-call]
         out = []
         for tp in wanted:
             key = (tp.topic, tp.partition)

@@ -22,10 +22,8 @@ from ._consumer import CatchupStatus, Consumer
 
 __all__ = ["AIOConsumer"]
 
-try:  # the identity confluent-kafka's per-handle call gate admits (see _child.call_bounded)
-    from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
-except ImportError:  # pragma: no cover - older confluent-kafka: no gate, no re-entrancy
-    _GATE_IDENTITY = None
+# the identity confluent-kafka's per-handle call gate admits (see _child.call_bounded)
+from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
 
 Key = tuple[str, int]
 
@@ -84,7 +82,7 @@ class AIOConsumer(_AIOConsumer):
 
     # -- serialization --------------------------------------------------------------------
     async def _call(self, blocking_task: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if _GATE_IDENTITY is not None and _GATE_IDENTITY.get():
+        if _GATE_IDENTITY.get():
             # made from a callback of the call in flight, which holds the serialization
             return await super()._call(blocking_task, *args, **kwargs)
         call = asyncio.ensure_future(self._serialized(blocking_task, *args, **kwargs))

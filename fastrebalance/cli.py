@@ -65,7 +65,9 @@ def _paragraphs(*texts: str) -> str:
     return "\n\n".join(textwrap.fill(t, 79) for t in texts)
 
 
-def _number(kind: type[int] | type[float], minimum: float, inclusive: bool = True) -> Callable:
+def _number(
+    kind: type[int] | type[float], minimum: float, inclusive: bool = True
+) -> Callable[[str], float]:
     """An argparse ``type=`` that rejects out-of-range values with a usage error (exit 2)
     instead of letting them fail deep inside a Kafka client."""
 
@@ -83,7 +85,7 @@ def _number(kind: type[int] | type[float], minimum: float, inclusive: bool = Tru
     return parse
 
 
-def _add_demo(commands: argparse._SubParsersAction) -> None:
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ._demo import DemoSettings
 
     d = DemoSettings()
@@ -195,7 +197,7 @@ def _config_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _add_status(commands: argparse._SubParsersAction) -> None:
+def _add_status(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "status",
         help="show a group's catch-up: safe offsets, pending backlog ranges, child progress, lag",
@@ -408,7 +410,9 @@ examples:
 """
 
 
-def _number_list(kind: type[int] | type[float], minimum: float) -> Callable:
+def _number_list(
+    kind: type[int] | type[float], minimum: float
+) -> Callable[[str], tuple[int | float, ...]]:
     """An argparse ``type=`` for ``1,2,3``: each item checked like ``_number``."""
     one = _number(kind, minimum)
 
@@ -422,7 +426,7 @@ def _number_list(kind: type[int] | type[float], minimum: float) -> Callable:
     return parse
 
 
-def _add_bench(commands: argparse._SubParsersAction) -> None:
+def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ._bench import BenchSettings
 
     d = BenchSettings()
@@ -639,7 +643,7 @@ def _mode_list(text: str) -> tuple[str, ...]:
     return names
 
 
-def _add_chaos(commands: argparse._SubParsersAction) -> None:
+def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .testing._chaos import ALL_FAULTS, WORKER_MODES
 
     p = commands.add_parser(

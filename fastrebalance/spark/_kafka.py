@@ -246,11 +246,12 @@ def _read_one(
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(err)
-                if m.offset() >= sl.end or _log_end_below(consumer, tp, sl, options):
+                eof = m.offset()
+                if (eof is not None and eof >= sl.end) or _log_end_below(consumer, tp, sl, options):
                     done = True
                     break
                 continue  # e.g. an open transaction: the records up to end will come
-            offset = m.offset()
+            offset: int = m.offset()  # type: ignore[assignment]  # a record: it has one
             if offset < sl.start:
                 continue  # left over from a previous assignment of the same partition
             if offset >= sl.end:

@@ -198,8 +198,10 @@ def run_mode(
             result.drained_s = b.at - restart_wall
             break
     # how stale the live stream got while the backlog was being read
-    live = [b for b in result.batches if "fresh" in b.kinds]
-    during = [b for b in live if b.at - restart_wall <= result.drained_s + 1e-9] or live[:1]
+    live_batches = [b for b in result.batches if "fresh" in b.kinds]
+    during = [
+        b for b in live_batches if b.at - restart_wall <= result.drained_s + 1e-9
+    ] or live_batches[:1]
     result.worst_fresh_age_s = max(b.at - b.kinds["fresh"][1] / 1000 for b in during)
     return result
 

@@ -898,8 +898,11 @@ class FaultInjector:
         self.cluster.pause()
         self.broker_paused = True
 
+        cluster = self.cluster
+        assert cluster is not None  # broker_pause is offered for an embedded cluster only
+
         def resume() -> None:
-            self.cluster.resume()
+            cluster.resume()
             self.broker_paused = False
 
         self._later(seconds, resume)
@@ -911,7 +914,7 @@ class FaultInjector:
         for p in pending:
             if p.ends_fault:
                 p.action()
-        if self.broker_paused:
+        if self.broker_paused and self.cluster is not None:
             self.cluster.resume()
             self.broker_paused = False
         with self.fleet.lock:
@@ -1102,7 +1105,9 @@ def check_samples(
     return problems
 
 
-def percentiles(values: list[float], points: Sequence[float] = (50, 90, 99, 99.9)) -> dict:
+def percentiles(
+    values: list[float], points: Sequence[float] = (50, 90, 99, 99.9)
+) -> dict[str, float]:
     """Nearest-rank percentiles plus max; empty input gives NaNs."""
     if not values:
         return {**{f"p{q:g}": math.nan for q in points}, "max": math.nan, "n": 0}
@@ -1156,8 +1161,8 @@ class ChaosResult:
     drained: bool = False
     low_watermarks: dict[int, int] = field(default_factory=dict)
     log_ends: dict[int, int] = field(default_factory=dict)
-    latency_fresh: dict = field(default_factory=dict)
-    latency_all: dict = field(default_factory=dict)
+    latency_fresh: dict[str, float] = field(default_factory=dict)
+    latency_all: dict[str, float] = field(default_factory=dict)
     backlog_first_deliveries: int = 0
 
     @property
@@ -1250,7 +1255,7 @@ def _s(seconds: float) -> str:
     return "-" if math.isnan(seconds) else f"{seconds:.1f} s"
 
 
-def _lat(p: dict) -> str:
+def _lat(p: dict[str, float]) -> str:
     if not p or not p.get("n"):
         return "-"
     return (
@@ -1287,7 +1292,7 @@ def run_chaos(
     hogs = start_cpu_hog(settings.cpu_hog)
     if hogs:
         out(f"chaos: CPU hog: {len(hogs)} busy processes (pids {[h.pid for h in hogs]})")
-    own_cluster = None
+    own_cluster: Any = None
     try:
         if cluster is None:
             if settings.bootstrap_servers:
@@ -1424,7 +1429,8 @@ def _run(
         result.low_watermarks = {p: low for p, (low, _) in marks.items()}
         result.log_ends = {p: h for p, (_, h) in marks.items()}
     finally:
-        if injector.broker_paused:  # an error mid-run must not leave the broker stopped
+        if injector.broker_paused and injector.cluster is not None:
+            # an error mid-run must not leave the broker stopped
             injector.cluster.resume()
             injector.broker_paused = False
         fleet.kill_everything()

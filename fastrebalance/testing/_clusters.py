@@ -7,7 +7,10 @@ import warnings
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    NewTopic,
+)
 
 from fastrebalance.testing._embedded import EmbeddedKafka, wait_for_partitions
 

@@ -259,7 +259,7 @@ class Worker:
 
     def consume(self) -> list[Any]:
         with self.phase("consume()", self.bounds["consume"]):
-            return self.consumer.consume(self.batch_size(), CONSUME_TIMEOUT_S)  # type: ignore[no-any-return]
+            return self.consumer.consume(self.batch_size(), CONSUME_TIMEOUT_S)
 
     def batch_size(self) -> int:
         return 500
