@@ -19,9 +19,10 @@ commit is attributed by looking the offset up in that history:
   ``[run start, o]``: backlog is only ever claimed by records actually delivered;
 * a record several streams delivered claims only what they all agree on; a record no
   remembered stream delivered claims itself alone;
-* an offset (``commit(offsets=)``) is a position of the primary: it claims what the
-  primary's record just below it would, and nothing if the primary did not hand that
-  out (a backlog record cannot be told processed from an offset alone).
+* an offset (``commit(offsets=)``) is a position of the current assignment's primary:
+  it claims what the primary's record just below it would, and nothing if the primary
+  did not hand that out (a backlog record cannot be told processed from an offset alone,
+  nor an offset from an earlier assignment from a rewind).
 
 Everything here is the user's thread's (no lock), like the handles beside it.
 """
@@ -258,21 +259,20 @@ class History:
         return _intersection(claims)
 
     def position_claim(self, offset: int) -> Claim | None:
-        """What ``commit(offsets=[offset])`` claims: the intersection over the assignments
-        whose primary handed out ``offset - 1`` (see ``Epoch.position_claim``). Nothing if
-        a child handed it out too: the offset may come from that record, and an offset of
-        the child's claims nothing."""
+        """What ``commit(offsets=[offset])`` claims: a position of the primary of the
+        current assignment (or of the last one, once the partition has left), see
+        ``Epoch.position_claim``. An offset carries no record, so nothing tells it came
+        from an earlier assignment rather than being a rewind: it claims nothing there
+        (a rewind claims nothing). Nothing either if a child handed out ``offset - 1``:
+        the offset may come from that record, and an offset of the child's claims
+        nothing."""
         last = offset - 1
-        if last in self.forgotten or any(
-            run.holds(last) for epoch in self.epochs for run in epoch.child
+        epoch = self.latest
+        if epoch is None or last in self.forgotten or any(
+            run.holds(last) for e in self.epochs for run in e.child
         ):
             return None
-        claims = []
-        for epoch in self.epochs:
-            claim = epoch.position_claim(offset)
-            if claim is not None:
-                claims.append(claim)
-        return _intersection(claims) if claims else None
+        return epoch.position_claim(offset)
 
 
 def _intersection(claims: list[Claim]) -> Claim:
