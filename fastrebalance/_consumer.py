@@ -257,11 +257,14 @@ class Consumer:
         self._published_at = 0.0
         # The child's partitions being read (its own dict, shared): empty in steady state.
         self._reading = self._child._cursors
-        self._auto_due = (
-            time.monotonic() + self._settings.auto_commit_interval_s
-            if self._settings.auto_commit
-            else float("inf")
-        )
+        # The hot path's one check: True while no range is being read and no auto-commit
+        # is due. Set by this thread; cleared by the auto-commit timer's thread too (a
+        # bool store: it only ever sends the next call down the slow path).
+        self._steady = True
+        self._due = False
+        self._timer: threading.Timer | None = None
+        self._primary_poll = self._primary.poll
+        self._arm_auto_commit()
         self._publish()
 
     # ------------------------------------------------------------------ misc
@@ -516,6 +519,7 @@ class Consumer:
         assert self._child is not None
         self._child.forget(keys)
         self._revoked_in_call.update(keys)
+        self._recheck()
         self._publish()
 
     def _read(self, partitions: list[TopicPartition]) -> dict[Key, Reading]:
@@ -619,6 +623,7 @@ class Consumer:
             self._child.retire_stale(added, self._plan_budget)
         if self._in_rebalance:
             self._assigned_in_callback = True
+        self._recheck()
         self._publish()
 
     # -------------------------------------------------------- assignment API
@@ -653,29 +658,39 @@ class Consumer:
     def poll(self, timeout: float | None = None) -> Message | None:
         """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog."""
         # The hot path: no range being read and no auto-commit due, which is every call
-        # in steady state. It is the primary's own poll() behind two checks; a long wait
-        # is cut into _IDLE_SLICE_S slices (a rebalance inside one may start a catch-up,
-        # whose records must not wait for the rest of the user's timeout).
-        now = _monotonic()
-        if self._reading or now >= self._auto_due:
-            return self._poll_slow(timeout)
-        if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
-            return self._primary.poll(timeout)
-        m = self._primary.poll(_IDLE_SLICE_S)
-        if m is not None:
-            return m
-        return self._poll_slow(_rest(timeout, now))
+        # in steady state: the primary's own poll() behind one flag (the auto-commit's
+        # timer clears it; no clock is read here) and the timeout's range. A longer wait
+        # is cut into slices (a rebalance inside one may start a catch-up, whose records
+        # must not wait for the rest of the user's timeout).
+        if self._steady and timeout is not None and 0 <= timeout <= 0.2:  # _IDLE_SLICE_S
+            return self._primary_poll(timeout)
+        return self._poll_long(timeout)
+
+    def _poll_long(self, timeout: float | None) -> Message | None:
+        if self._steady:
+            since = _monotonic()
+            m = self._primary_poll(_IDLE_SLICE_S)
+            if m is not None:
+                return m
+            timeout = _rest(timeout, since)
+        return self._poll_slow(timeout)
 
     def _poll_slow(self, timeout: float | None) -> Message | None:
         # Each step returns as soon as it has a record: a record is never held while
         # another call that may run a rebalance callback is made.
         child = self._child
         assert child is not None
+        try:
+            return self._poll_slices(child, timeout)
+        finally:
+            self._recheck()
+
+    def _poll_slices(self, child: Child, timeout: float | None) -> Message | None:
         now = time.monotonic()
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
-            if now >= self._auto_due:
-                self._tick_auto_commit(now)
+            if self._due:
+                self._tick_auto_commit()
             if now - self._published_at >= _PUBLISH_S:
                 self._publish()
             if child.active:
@@ -711,15 +726,15 @@ class Consumer:
         full batch from the backlog while it has records."""
         # The hot path, as in poll(): a batch is returned when it is full or a slice ends
         # with records in it, as the slow path does.
-        now = _monotonic()
-        if self._reading or now >= self._auto_due:
-            return self._consume_slow(num_messages, timeout)
-        if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
-            return self._batch(num_messages, timeout)
-        msgs = self._batch(num_messages, _IDLE_SLICE_S)
-        if msgs:
-            return msgs
-        return self._consume_slow(num_messages, _rest(timeout, now))
+        if self._steady:
+            if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
+                return self._batch(num_messages, timeout)
+            since = _monotonic()
+            msgs = self._batch(num_messages, _IDLE_SLICE_S)
+            if msgs:
+                return msgs
+            timeout = _rest(timeout, since)  # type: ignore[assignment]
+        return self._consume_slow(num_messages, timeout)
 
     def _batch(self, num: int, timeout: float) -> list[Message]:
         """The primary's consume(). A rebalance callback inside it sees a position()
@@ -741,11 +756,17 @@ class Consumer:
         if not isinstance(num, int) or num < 1:
             # let confluent-kafka raise its own error for bad arguments
             return self._primary.consume(num, 0)
+        try:
+            return self._consume_slices(child, num, timeout)
+        finally:
+            self._recheck()
+
+    def _consume_slices(self, child: Child, num: int, timeout: float | None) -> list[Message]:
         now = time.monotonic()
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
-            if now >= self._auto_due:
-                self._tick_auto_commit(now)
+            if self._due:
+                self._tick_auto_commit()
             if now - self._published_at >= _PUBLISH_S:
                 self._publish()
             if child.active:
@@ -1001,11 +1022,36 @@ class Consumer:
             log.warning("automatic commit failed (offsets stay safe, records may repeat): %s", exc)
         self._publish()
 
-    def _tick_auto_commit(self, now: float) -> None:
-        self._auto_due = now + self._settings.auto_commit_interval_s
+    def _tick_auto_commit(self) -> None:
+        self._due = False
+        self._arm_auto_commit()
         # Positions read before this poll fetches anything: the records they cover
         # were returned by earlier calls, so the application is done with them.
         self._auto_commit(list(self._assigned))
+
+    def _arm_auto_commit(self) -> None:
+        """The emulated auto-commit's schedule: a timer marks it due, so that the hot
+        path reads no clock; the next poll()/consume() then takes the slow path."""
+        if not self._settings.auto_commit or self._closed:
+            return
+        timer = threading.Timer(self._settings.auto_commit_interval_s, self._mark_due)
+        timer.daemon = True
+        timer.name = "fastrebalance-auto-commit"
+        self._timer = timer
+        timer.start()
+
+    def _mark_due(self) -> None:
+        # the timer's thread: two bool stores, in this order (see _recheck)
+        self._due = True
+        self._steady = False
+
+    def _recheck(self) -> None:
+        """Whether the next call may take the hot path (this thread, after anything that
+        may start or end a catch-up). ``_steady`` is written before ``_due`` is read, so
+        a timer firing meanwhile always leaves it False."""
+        self._steady = not self._reading
+        if self._due:
+            self._steady = False
 
     def _write(
         self,
@@ -1220,6 +1266,8 @@ class Consumer:
             self._closed = True
             self._primary.close()
             return
+        if self._timer is not None:
+            self._timer.cancel()
         child = self._child
         if self._subscribed:
             self._leave_assignment()

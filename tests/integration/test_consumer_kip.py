@@ -286,3 +286,28 @@ def test_stats_cb_carries_catchup_metrics(regained):
     last = reports[-1]["fastrebalance"]
     assert last["records_remaining"] == 0 and last["child_state"] == "standby"
     assert last["backlog_records_delivered"] >= 4000
+
+
+@pytest.mark.parametrize("call", ["poll", "consume"])
+def test_auto_commit_keeps_its_schedule_on_the_hot_path(
+    kafka_cluster, topic_factory, unique_group, call
+):
+    """No backlog: every poll()/consume() is the hot path, which reads no clock; the
+    auto-commit's timer still sends one call in each interval down the slow path, which
+    commits what earlier calls returned."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 200)
+    extra = {"enable.auto.commit": True, "auto.commit.interval.ms": 300}
+    c = Consumer(base_conf(bs, unique_group, **extra))
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        handed = 0
+        deadline = time.monotonic() + 30
+        while handed < 200 or group_offsets(bs, unique_group, topic) != [200]:
+            assert time.monotonic() < deadline, (handed, group_offsets(bs, unique_group, topic))
+            for _ in range(20):
+                got = [c.poll(0.05)] if call == "poll" else c.consume(10, 0.05)
+                handed += len([m for m in got if m is not None and m.error() is None])
+        assert not c.catchup_status()
+    finally:
+        c.close()
