@@ -636,8 +636,12 @@ class Child:
         old, self._handle = self._handle, None
         self._needs_restart = False
         if old is not None:
+            # Closed on a thread of its own and not waited for: librdkafka's close() waits
+            # for the old handle's outstanding checkpoint commits, forever on a hung
+            # broker, and this runs inside the owner's poll(). The new handle does not
+            # share its state, and every checkpoint it may still write is true.
             with contextlib.suppress(RuntimeError, KafkaException):
-                old.close()
+                call_bounded(old.close, 0.0, "old child close()")
         work = {k: (c.ledger, c.epoch) for k, c in self._cursors.items()}
         self._cursors.clear()
         self._backoff.clear()

@@ -1153,7 +1153,7 @@ class Consumer:
 
         # librdkafka queues an OffsetCommit until a coordinator answers: the wait is ours.
         return call_bounded(
-            commit, budget.request_timeout(self._commit_timeout_s, shortest=1.0), "commit"
+            commit, budget.request_timeout(self._commit_timeout_s), "commit"
         )
 
     def committed(

@@ -17,7 +17,7 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
     wait_exponential,
 )
 
@@ -63,16 +63,25 @@ class Budget:
     def remaining(self) -> float:
         return max(self._end - time.monotonic(), 0.0)
 
-    def request_timeout(self, longest: float, shortest: float = 0.5) -> float:
-        """A timeout for the next round trip: at most ``longest``, what is left of the
-        budget, but never below ``shortest`` (a zero timeout would only fail)."""
-        return max(min(longest, self.remaining()), shortest)
+    def request_timeout(self, longest: float) -> float:
+        """A timeout for the next round trip: at most ``longest`` and what is left.
+
+        Raises:
+            KafkaException: ``_TIMED_OUT`` when nothing is left. Failing here, before the
+                round trip, is what keeps the caller's own timeout: a floor under the
+                request's timeout would overrun it on every hung broker.
+        """
+        left = self.remaining()
+        if left <= 0.001:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out"))
+        return min(longest, left)
 
 
 def call_with_retries(fn: Callable[[], T], attempts: int = 4, max_seconds: float = 30.0) -> T:
-    """Run ``fn``; retry retriable Kafka errors up to ``attempts`` times or ``max_seconds``."""
+    """Run ``fn``; retry retriable Kafka errors up to ``attempts`` times, never starting
+    an attempt (or a backoff sleep) that would begin after ``max_seconds``."""
     for attempt in Retrying(
-        stop=stop_after_attempt(attempts) | stop_after_delay(max_seconds),
+        stop=stop_after_attempt(attempts) | stop_before_delay(max_seconds),
         wait=wait_exponential(multiplier=0.1, max=2.0),
         retry=retry_if_exception(is_retriable),
         reraise=True,

@@ -106,6 +106,13 @@ def test_every_call_is_bounded_on_a_hung_broker(cluster: EmbeddedKafka, unique_g
         check("pause()", 0.5, lambda: c.pause([tp]))
         check("resume()", 0.5, lambda: c.resume([tp]))
         check("seek()", 0.5, lambda: c.seek(TopicPartition(topic, 0, 3005)))
+        # the child handle's fatal error (simulated: librdkafka raises none on demand),
+        # with a checkpoint commit outstanding: its restart must not wait for the old
+        # handle's close()
+        assert c._child is not None
+        c._child._needs_restart = True
+        check("poll(0) restarting the child", 0.5, lambda: c.poll(0))
+        assert c._child.handles_created == 2
         check("unassign() (auto-commit)", 0.5, c.unassign)
         check("commit(message, async) after unassign", S, lambda: c.commit(message=fresh))
         check("close()", 2 * S, c.close)
@@ -113,6 +120,7 @@ def test_every_call_is_bounded_on_a_hung_broker(cluster: EmbeddedKafka, unique_g
         cluster.resume()
     table = "\n".join(
         f"{name:40} {elapsed:6.2f}s  (bound {bound:g}s)  {type(outcome).__name__}"
+        + (f" {outcome.args[0].str()}" if isinstance(outcome, KafkaException) else "")
         for name, elapsed, bound, outcome in rows
     )
     print("\n" + table)
