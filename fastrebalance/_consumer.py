@@ -233,7 +233,6 @@ class Consumer:
         self._planner = Planner(self._primary, self._child)
         self._history: dict[Key, History] = {}
         self._assigned: dict[Key, _Assigned] = {}
-        self._readings: dict[Key, Reading] = {}  # read for an assignment being delivered
         self._plan_budget = Budget(0)  # shared by every round trip of one assignment
         self._in_rebalance = False
         self._assigned_in_callback = False
@@ -463,17 +462,17 @@ class Consumer:
     def _on_assign(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance, self._assigned_in_callback = True, False
         try:
-            self._readings = self._read(partitions)
             if self._user_callbacks[0] is not None:
-                # what confluent-kafka would pass: the catch-up plan is applied when these
-                # are handed to assign(), or when the callback returns
+                # What confluent-kafka would pass. The commit logs are read after the
+                # callback, when these are handed to assign() or when it returns: what
+                # the callback itself commits (a rewind, say) is what the plan starts from,
+                # as librdkafka fetches the committed offsets only once assign() is made.
                 given = [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in partitions]
                 self._user_callbacks[0](self, given)
             if not self._assigned_in_callback:
                 self._apply_assignment(partitions, incremental=self._settings.incremental)
         finally:
             self._in_rebalance = False
-            self._readings = {}
 
     def _on_revoke(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
@@ -584,7 +583,7 @@ class Consumer:
         """Plan each partition (unless the application chose its offset), hand the
         starts to the primary, open the partitions' epochs, start the child's ranges."""
         assert self._child is not None
-        readings = self._readings if self._in_rebalance else self._read(list(partitions))
+        readings = self._read(list(partitions))
         plans: dict[Key, Plan | None] = {}
         starts = []
         for tp in partitions:

@@ -586,6 +586,33 @@ def test_offsets_commit_below_the_backlog_is_a_rewind(kafka_cluster, topic_facto
         c.close()
 
 
+def test_a_rewind_committed_in_on_assign_is_where_the_assignment_starts(
+    kafka_cluster, topic_factory, unique_group
+):
+    """5000 committed, log end 5100; the application's on_assign rewinds to 1000 (a bug
+    fix: reprocess) by commit(offsets=[1000]). confluent-kafka fetches the committed
+    offsets after the callback and delivers from 1000: so must we. Reading the logs
+    before the callback planned from 5000 and the next commit wrote over the rewind."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 5100)
+    _crash_with_committed(bs, unique_group, topic, {0: 5000})
+
+    def rewind(consumer: Any, partitions: list[TopicPartition]) -> None:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1000)], asynchronous=False)
+
+    c = Consumer(base_conf(bs, unique_group, **{"parallel.rebalance.lag.threshold": 1000}))
+    try:
+        c.subscribe([topic], on_assign=rewind)
+        got = drain(c, lambda ms: any(m.offset() == 1000 for m in ms), timeout=30)
+        assert any(m.offset() == 1000 for m in got), "the rewound records were not delivered"
+        first = min(got, key=lambda m: m.offset())
+        c.commit(message=first, asynchronous=False)
+        _assert_safe(bs, unique_group, topic, 1001)
+    finally:
+        c.close()
+    _assert_restart_delivers(bs, unique_group, topic, set(range(1001, 5000)))
+
+
 def test_on_assign_gets_the_offsets_confluent_kafka_passes(
     kafka_cluster, topic_factory, unique_group
 ):
