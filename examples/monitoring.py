@@ -65,7 +65,7 @@ def operator_view(bootstrap: str, group: str, topic: str) -> int:
     argv = ["status", "--bootstrap-servers", bootstrap, "--group", group, "--topic", topic]
     print("\n$ fastrebalance " + " ".join(argv), flush=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "fastrebalance.cli", *argv], capture_output=True, text=True
+        [sys.executable, "-m", "fastrebalance.tools.cli", *argv], capture_output=True, text=True
     )
     print(proc.stdout + proc.stderr, flush=True)
     return proc.returncode

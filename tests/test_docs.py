@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fastrebalance._config import CONFIG_KEYS
-from fastrebalance.cli import build_parser
+from fastrebalance.tools.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -67,7 +67,7 @@ def _columns(value: str) -> Iterator[None]:
 
 
 def _help(command: str, page: str) -> str:
-    from fastrebalance.cli import build_parser
+    from fastrebalance.tools.cli import build_parser
 
     with _columns(_HELP_COLUMNS):
         parser = build_parser()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fastrebalance._bench import (
+from fastrebalance.testing import KafkaCluster
+from fastrebalance.tools.bench import (
     FAST,
     LOOPS,
     PLAIN,
@@ -24,8 +25,7 @@ from fastrebalance._bench import (
     run_bench,
     write_plot,
 )
-from fastrebalance.cli import EXIT_OK, EXIT_USAGE, main
-from fastrebalance.testing import KafkaCluster
+from fastrebalance.tools.cli import EXIT_OK, EXIT_USAGE, main
 
 pytestmark = pytest.mark.integration
 

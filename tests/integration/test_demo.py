@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from fastrebalance._demo import DemoSettings, format_results, run_demo
-from fastrebalance.cli import EXIT_OK, EXIT_USAGE, main
 from fastrebalance.testing import KafkaCluster
+from fastrebalance.tools.cli import EXIT_OK, EXIT_USAGE, main
+from fastrebalance.tools.demo import DemoSettings, format_results, run_demo
 
 pytestmark = pytest.mark.integration
 

@@ -164,7 +164,7 @@ def test_status_serves_the_group_s_metrics_over_http(kafka_cluster, topic_factor
         c.close()
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fastrebalance.cli", "status", "-b", bs, "-g", unique_group,
+        [sys.executable, "-m", "fastrebalance.tools.cli", "status", "-b", bs, "-g", unique_group,
          "--prometheus", str(port), "--interval", "0.5", "--count", "40"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import Consumer as PlainConsumer
 
 from fastrebalance import Consumer, TopicPartition
-from fastrebalance._status import GroupNotFoundError, ProgressTracker, read_status
 from fastrebalance._token import GroupToken, encode_group_token
-from fastrebalance.cli import EXIT_CHECK_FAILED, EXIT_OK, main
 from fastrebalance.testing import KafkaCluster
+from fastrebalance.tools.cli import EXIT_CHECK_FAILED, EXIT_OK, main
+from fastrebalance.tools.status import GroupNotFoundError, ProgressTracker, read_status
 
 from .helpers import base_conf, drain, produce
 

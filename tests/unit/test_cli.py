@@ -9,7 +9,14 @@ import socket
 
 import pytest
 
-from fastrebalance._status import (
+from fastrebalance._token import (
+    ChildCheckpoint,
+    GroupToken,
+    encode_child_checkpoint,
+    encode_group_token,
+)
+from fastrebalance.tools.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, build_parser, main
+from fastrebalance.tools.status import (
     GroupStatus,
     PartitionStatus,
     ProgressTracker,
@@ -17,13 +24,6 @@ from fastrebalance._status import (
     format_status,
     partition_status,
 )
-from fastrebalance._token import (
-    ChildCheckpoint,
-    GroupToken,
-    encode_child_checkpoint,
-    encode_group_token,
-)
-from fastrebalance.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, build_parser, main
 
 
 def token(position: int, *ranges: tuple[int, int], user: str = "") -> str:

@@ -1,6 +1,6 @@
 """Restart-to-first-fresh-record benchmark for the Spark source, on the embedded cluster.
 
-    python -m fastrebalance.spark.bench --backlog 500000
+    python -m fastrebalance.tools.spark_bench --backlog 500000
 
 For each mode: a query reads a topic and is stopped, a backlog piles up, live traffic starts
 and the query restarts from its checkpoint. Measured from the restart: when the first live

@@ -15,7 +15,7 @@ p99 is the steady-state p99 that the catch-up p99 is compared with.
 *steady*: no backlog at all; the throughput of a ``poll()`` loop and a
 ``consume(1000)`` loop, raw confluent-kafka vs fastrebalance with the mode off and on.
 
-Every measured consumer runs in its own process (``python -m fastrebalance._bench
+Every measured consumer runs in its own process (``python -m fastrebalance.tools.bench
 --worker``): its peak RSS is its own, a previous run's garbage or threads cannot slow
 the next one, and fastrebalance and confluent-kafka run exactly the same loop. The
 parent owns the cluster, prepares each run's backlog right before it (so every run
@@ -45,7 +45,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._workload import (
+from .workload import (
     FETCH_WAIT_MS,
     SESSION_TIMEOUT_MS,
     FreshProducer,
@@ -243,7 +243,7 @@ def _spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     # Run this very package even when it is not installed (benchmarks/run.py from a checkout).
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "fastrebalance._bench", "--worker"],
+        [sys.executable, "-m", "fastrebalance.tools.bench", "--worker"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,
@@ -280,7 +280,7 @@ def _make_consumer(kind: str, conf: dict[str, Any]) -> Any:
         from confluent_kafka import Consumer as PlainConsumer
 
         return PlainConsumer(conf)
-    from ._consumer import Consumer as FastConsumer
+    from .._consumer import Consumer as FastConsumer
 
     return FastConsumer({**conf, "enable.parallel.rebalance": kind in (FAST, ON)})
 
@@ -431,7 +431,7 @@ def run_bench(
     """
     from confluent_kafka import Consumer as PlainConsumer
 
-    from .testing import EmbeddedKafka, ExternalKafka
+    from ..testing import EmbeddedKafka, ExternalKafka
 
     s = settings or BenchSettings()
     emit = out or _quiet

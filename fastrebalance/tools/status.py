@@ -40,9 +40,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
-from ._config import CATCHUP_GROUP_SUFFIX
-from ._planning import restore
-from ._token import ChildCheckpoint, TokenError, decode_child_checkpoint, decode_group_token
+from .._config import CATCHUP_GROUP_SUFFIX
+from .._planning import restore
+from .._token import ChildCheckpoint, TokenError, decode_child_checkpoint, decode_group_token
 
 __all__ = [
     "JSON_SCHEMA_VERSION",

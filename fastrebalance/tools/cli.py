@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from . import __version__
+from .. import __version__
 
 __all__ = [
     "EXIT_CHECK_FAILED",
@@ -86,7 +86,7 @@ def _number(
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ._demo import DemoSettings
+    from .demo import DemoSettings
 
     d = DemoSettings()
     p = commands.add_parser(
@@ -160,7 +160,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import DemoSettings, format_results, run_demo
+    from .demo import DemoSettings, format_results, run_demo
 
     settings = DemoSettings(
         backlog=args.backlog,
@@ -296,8 +296,8 @@ def _serve_status_metrics(reader: Any, port: int, interval: float, count: int | 
         print("fastrebalance status: --prometheus needs prometheus_client "
               "(pip install 'fastrebalance[prometheus]')", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    from ._status import StatusError
-    from .metrics import StatusCollector
+    from ..metrics import StatusCollector
+    from .status import StatusError
 
     latest: list[Any] = [reader.read()]
     registry = CollectorRegistry()
@@ -322,7 +322,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from ._status import (
+    from .status import (
         JSON_SCHEMA_VERSION,
         ClusterUnreachableError,
         GroupNotFoundError,
@@ -427,7 +427,7 @@ def _number_list(
 
 
 def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ._bench import BenchSettings
+    from .bench import BenchSettings
 
     d = BenchSettings()
     p = commands.add_parser(
@@ -549,7 +549,7 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from ._bench import BenchSettings, format_markdown, result_json, run_bench, write_plot
+    from .bench import BenchSettings, format_markdown, result_json, run_bench, write_plot
 
     scenarios = ("steady", "recovery") if args.scenario == "all" else (args.scenario,)
     settings = BenchSettings(
@@ -609,7 +609,7 @@ examples:
 
 
 def _duration(text: str) -> float:
-    from .testing._chaos import parse_duration
+    from ..testing._chaos import parse_duration
 
     try:
         value = parse_duration(text)
@@ -621,7 +621,7 @@ def _duration(text: str) -> float:
 
 
 def _fault_list(text: str) -> tuple[str, ...]:
-    from .testing._chaos import ALL_FAULTS
+    from ..testing._chaos import ALL_FAULTS
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in ALL_FAULTS]
@@ -633,7 +633,7 @@ def _fault_list(text: str) -> tuple[str, ...]:
 
 
 def _mode_list(text: str) -> tuple[str, ...]:
-    from .testing._chaos import WORKER_MODES
+    from ..testing._chaos import WORKER_MODES
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names or any(n not in WORKER_MODES for n in names):
@@ -644,7 +644,7 @@ def _mode_list(text: str) -> tuple[str, ...]:
 
 
 def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from .testing._chaos import ALL_FAULTS, WORKER_MODES
+    from ..testing._chaos import ALL_FAULTS, WORKER_MODES
 
     p = commands.add_parser(
         "chaos",
@@ -767,7 +767,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
-    from .testing._chaos import ChaosSettings, format_summary, run_chaos
+    from ..testing._chaos import ChaosSettings, format_summary, run_chaos
 
     settings = ChaosSettings(
         duration_s=args.duration,

@@ -40,9 +40,10 @@ from typing import Any
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
-from ._config import DEFAULT_LAG_THRESHOLD
-from ._consumer import Consumer as FastConsumer
-from ._workload import (
+from .._config import DEFAULT_LAG_THRESHOLD
+from .._consumer import Consumer as FastConsumer
+from ..testing import EmbeddedKafka, ExternalKafka, KafkaCluster
+from .workload import (
     BATCH,
     FETCH_WAIT_MS,
     REQUEST_TIMEOUT_S,
@@ -58,7 +59,6 @@ from ._workload import (
     set_group_offsets,
     watermarks,
 )
-from .testing import EmbeddedKafka, ExternalKafka, KafkaCluster
 
 __all__ = ["DemoResult", "DemoSettings", "RunResult", "format_results", "run_demo"]
 
