@@ -583,7 +583,15 @@ class Child:
         if self._report is not None:
             self._report(KafkaError(KafkaError._CONFLICT, msg))
 
-    def retire_stale(self, added: dict[Key, tuple[int, int]], budget: Budget) -> None:
+    def group_metadata(self) -> Any:
+        """The catch-up group's metadata for a producer transaction. The child never
+        joins its group, so this carries no generation: the user's group, committed in
+        the same transaction with the member's generation, is what fences a zombie."""
+        return self.handle().consumer_group_metadata()
+
+    def retire_stale(
+        self, added: dict[Key, tuple[int, int]], budget: Budget, write: bool = True
+    ) -> list[TopicPartition]:
         """Clear checkpoints that would apply to the ranges a plan just ``added``.
 
         Such a checkpoint is from before an operator's offset reset (see
@@ -591,6 +599,9 @@ class Child:
         checkpoint, before the group can commit the new token. If this fails, the records
         the checkpoint names are skipped once more: they *were* processed, so nothing is
         lost; only the reprocessing asked for is.
+
+        ``write=False`` (exactly-once): the retirements are returned, not written, so
+        that they travel in the next transaction with the token they make safe.
         """
         try:
             found = call_with_retries(
@@ -599,7 +610,7 @@ class Child:
             )
         except KafkaException as exc:
             log.warning("could not read the catch-up group's checkpoints (%s)", exc)
-            return
+            return []
         retire = []
         for key, tp in found.items():
             try:
@@ -610,17 +621,18 @@ class Child:
                 retire.append(
                     TopicPartition(key[0], key[1], added[key][0], metadata=NO_CHECKPOINT)
                 )
-        if not retire:
-            return
+        if not retire or not write:
+            return retire
         try:
             self.handle().commit(offsets=retire, asynchronous=True)
         except (KafkaException, RuntimeError) as exc:
             log.warning("could not clear stale catch-up checkpoints (%s)", exc)
-            return
+            return retire
         log.info(
             "%s: the catch-up group's checkpoint predates an offset reset; cleared",
             ", ".join(f"{tp.topic} [{tp.partition}]" for tp in retire),
         )
+        return retire
 
     def restart(self) -> None:
         """A child crash: a new handle, each partition read again from its first pending

@@ -81,7 +81,11 @@ class GroupWrite:
 
 
 def group_write(
-    ledger: Ledger, user_metadata: str, max_bytes: int, rewind: int | None = None
+    ledger: Ledger,
+    user_metadata: str,
+    max_bytes: int,
+    rewind: int | None = None,
+    exact: bool = False,
 ) -> GroupWrite | None:
     """The safe offset with the range token (or the application's metadata alone when
     nothing is pending, exactly as confluent-kafka would write it). None: nothing to say.
@@ -98,6 +102,13 @@ def group_write(
     alone never passes an unprocessed record); the backlog beyond it is re-read after a
     crash. Metadata of the application's that looks like a token is wrapped in one, so it
     reads back as the application's.
+
+    ``exact`` (exactly-once): coalescing and the bare-offset fallback both make processed
+    offsets pending again, which at-least-once tolerates (they are re-read) and
+    exactly-once does not (their output would be written twice): raise instead.
+
+    Raises:
+        TokenTooLargeError: ``exact`` and the token does not fit ``max_bytes`` as it is.
     """
     rewound = rewind is not None and (ledger.position is None or rewind < ledger.position)
     if rewound:
@@ -112,8 +123,14 @@ def group_write(
     try:
         text, written = encode_group_token(token, max_bytes)
     except TokenTooLargeError as exc:
+        if exact:
+            raise
         log.warning("%s: committing the safe offset %d without a range token", exc, safe)
         return GroupWrite(safe, user_metadata)
+    if exact and written.ranges != token.ranges:
+        raise TokenTooLargeError(
+            f"{len(token.ranges)} pending ranges need coalescing to fit {max_bytes} bytes"
+        )
     coalesced = None
     if written.ranges != token.ranges and not rewound:  # the ledger adopts what it wrote
         coalesced = RangeSet(written.ranges)

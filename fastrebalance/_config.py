@@ -20,6 +20,7 @@ ENABLE_KEY = "enable.parallel.rebalance"
 THRESHOLD_KEY = "parallel.rebalance.lag.threshold"
 CATCHUP_GROUP_KEY = "parallel.rebalance.catchup.group.id"
 METADATA_MAX_KEY = "parallel.rebalance.metadata.max.bytes"
+TRANSACTIONAL_KEY = "parallel.rebalance.transactional"
 _PREFIX = "parallel.rebalance."
 
 #: Catch-up starts when log end - committed exceeds this many records. Below ~1000
@@ -40,6 +41,11 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
     METADATA_MAX_KEY: (
         str(DEFAULT_METADATA_MAX_BYTES),
         "an integer from 256 to 1048576, at most the broker's offset.metadata.max.bytes",
+    ),
+    TRANSACTIONAL_KEY: (
+        "false",
+        "true or false: offsets travel only in the producer's transactions "
+        "(send_offsets_to_transaction); requires enable.auto.commit=false",
     ),
 }
 
@@ -76,6 +82,8 @@ class ParallelConfig:
     auto_commit_interval_s: float = 5.0
     auto_offset_store: bool = True
     incremental: bool = False
+    #: exactly-once: nothing is written to either log outside a producer transaction
+    transactional: bool = False
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -137,6 +145,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         METADATA_MAX_KEY, rest.pop(METADATA_MAX_KEY, DEFAULT_METADATA_MAX_BYTES), 256, 1 << 20
     )
     catchup_group = rest.pop(CATCHUP_GROUP_KEY, None)
+    transactional = _bool(TRANSACTIONAL_KEY, rest.pop(TRANSACTIONAL_KEY, False))
     group_id = rest.get("group.id")
     if not enabled:
         return ParallelConfig(enabled=False), rest
@@ -153,6 +162,12 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
             f"{CATCHUP_GROUP_KEY}={catchup_group!r} is invalid: expected "
             f"{CONFIG_KEYS[CATCHUP_GROUP_KEY][1]}"
         )
+    auto_commit = _librdkafka_bool(rest, "enable.auto.commit", True)
+    if transactional and auto_commit:
+        raise ValueError(
+            f"{TRANSACTIONAL_KEY}=true requires enable.auto.commit=false: in exactly-once "
+            "mode offsets are written only inside the producer's transactions"
+        )
     interval_ms = _int_passthrough(rest, "auto.commit.interval.ms", 5000)
     strategy = str(rest.get("partition.assignment.strategy", ""))
     protocol = str(rest.get("group.protocol", "classic")).lower()
@@ -161,10 +176,11 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         lag_threshold=threshold,
         catchup_group_id=catchup_group,
         metadata_max_bytes=max_bytes,
-        auto_commit=_librdkafka_bool(rest, "enable.auto.commit", True),
+        auto_commit=auto_commit,
         auto_commit_interval_s=interval_ms / 1000.0,
         auto_offset_store=_librdkafka_bool(rest, "enable.auto.offset.store", True),
         incremental=protocol == "consumer" or "cooperative" in strategy,
+        transactional=transactional,
     )
     # librdkafka's auto-commit would store the primary's position, past the backlog:
     # we commit ourselves, on the same schedule, with the safe offset and a token.

@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,8 @@ from ._planner import PLAN_BUDGET_S, UNKNOWN_PARTITION, Planner, Reading
 from ._planning import Plan, plan_assignment
 from ._retry import Budget, call_with_retries
 from ._routing import Claim, Epoch, History
-from ._token import ChildCheckpoint, is_ours
+from ._token import ChildCheckpoint, TokenTooLargeError, encode_child_checkpoint, is_ours
+from ._transactions import OpenTransaction
 
 __all__ = ["CatchupStatus", "Consumer"]
 
@@ -263,6 +264,10 @@ class Consumer:
         self._due = False
         self._timer: threading.Timer | None = None
         self._primary_poll = self._primary.poll
+        # Exactly-once: the open transaction's claims (applied once it commits), and the
+        # stale catch-up checkpoints the next transaction must clear.
+        self._txn: OpenTransaction | None = None
+        self._txn_retire: dict[Key, TopicPartition] = {}
         self._arm_auto_commit()
         self._publish()
 
@@ -619,7 +624,11 @@ class Consumer:
         if added:
             # After the fetches started (they overlap these round trips), before anything
             # can be committed: we still hold the user's thread.
-            self._child.retire_stale(added, self._plan_budget)
+            retired = self._child.retire_stale(
+                added, self._plan_budget, write=not self._settings.transactional
+            )
+            if self._settings.transactional:
+                self._txn_retire.update({_key(tp): tp for tp in retired})
         if self._in_rebalance:
             self._assigned_in_callback = True
         self._recheck()
@@ -954,22 +963,40 @@ class Consumer:
             raise KafkaException(
                 KafkaError(KafkaError._INVALID_ARG, "commit() takes message or offsets, not both")
             )
-        changes: dict[Key, Change]
-        if message is not None:
-            key, offset = _record(message)
-            changes = {key: Change([self._record_claim(key, offset)])}
-        elif offsets is not None:
-            changes = self._offset_changes(offsets)
-            if not changes:
-                raise _no_offset()
-        else:
-            changes = self._handed_changes(list(self._assigned))
-            if not changes:  # as librdkafka: nothing consumed, nothing to commit
-                raise _no_offset()
+        self._refuse_outside_transactions("commit()")
+        changes = self._changes([message] if message is not None else None, offsets)
         try:
             return self._write(changes, asynchronous)
         finally:
             self._publish()
+
+    def _changes(
+        self, messages: Sequence[Message] | None, offsets: list[TopicPartition] | None
+    ) -> dict[Key, Change]:
+        """What a commit of ``messages`` or ``offsets`` (or, with neither, of everything
+        handed out) claims, per partition."""
+        changes: dict[Key, Change] = {}
+        if messages is not None:
+            for message in messages:
+                key, offset = _record(message)
+                changes.setdefault(key, Change()).claims.append(self._record_claim(key, offset))
+        elif offsets is not None:
+            changes = self._offset_changes(offsets)
+        else:
+            changes = self._handed_changes(list(self._assigned))
+        if not changes:  # as librdkafka: nothing consumed, nothing to commit
+            raise _no_offset()
+        return changes
+
+    def _refuse_outside_transactions(self, what: str) -> None:
+        if self._settings.transactional:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"{what}: parallel.rebalance.transactional=true writes offsets only "
+                    "inside the producer's transaction: use send_offsets_to_transaction()",
+                )
+            )
 
     def commit_sync(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None
@@ -991,6 +1018,7 @@ class Consumer:
     ) -> None:
         """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
         written by the next commit() or auto-commit."""
+        self._refuse_outside_transactions("store_offsets()")
         changes: dict[Key, Change]
         if message is not None:
             self._primary.store_offsets(message=message)
@@ -1007,6 +1035,174 @@ class Consumer:
             if cp is not None:
                 a.checkpoint = cp
             a.stored = True
+
+    # --------------------------------------------------------- transactions
+    def send_offsets_to_transaction(
+        self,
+        producer: Any,
+        messages: Sequence[Message] | None = None,
+        offsets: list[TopicPartition] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Add what ``messages`` claim (or ``offsets``, or with neither everything handed
+        out) to ``producer``'s open transaction, for both commit logs.
+
+        The exactly-once twin of ``commit()``: claims as ``commit()`` would, but the user's
+        group (safe offset and token, under this member's generation, which fences a
+        zombie) and the catch-up group (the checkpoint of backlog records) are written by
+        the producer's transaction, atomically with its output. Nothing is claimed in
+        this consumer until :meth:`commit_transaction`.
+
+        Raises:
+            KafkaException: what the producer raised (abort the transaction then);
+                ``_STATE`` for a partition not assigned to this member (its records
+                belong to the new owner now) or without parallel.rebalance.transactional;
+                ``OFFSET_METADATA_TOO_LARGE`` when the token would need coalescing, which
+                would make processed records pending again (their output written twice).
+        """
+        timeout_s = self._commit_timeout_s if self._child is not None else 30.0
+        args = (timeout if timeout is not None else timeout_s,)
+        if self._child is None:
+            # Mode off: confluent-kafka's own loop, positions of the consumer.
+            if messages is not None:
+                ends: dict[Key, int] = {}
+                for m in messages:
+                    key, offset = _record(m)
+                    ends[key] = max(ends.get(key, 0), offset + 1)
+                offsets = [_tp(k, o) for k, o in ends.items()]
+            elif offsets is None:
+                offsets = self._primary.position(self._primary.assignment())
+            producer.send_offsets_to_transaction(
+                offsets, self._primary.consumer_group_metadata(), *args
+            )
+            return
+        if not self._settings.transactional:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    "send_offsets_to_transaction() needs parallel.rebalance.transactional="
+                    "true (and enable.auto.commit=false): offsets must travel only in "
+                    "transactions",
+                )
+            )
+        txn = self._txn
+        if txn is None or txn.producer is not producer:
+            if txn is not None:
+                # another producer: that transaction is gone (the application replaced a
+                # failed producer); its records come again
+                self._rewind_to_ledgers()
+            txn = self._txn = OpenTransaction(producer)
+        changes = self._changes(messages, offsets)
+        group_offsets: list[TopicPartition] = []
+        child_offsets: dict[Key, TopicPartition] = {}
+        staged: list[tuple[Key, Ledger, Change]] = []
+        for key, change in changes.items():
+            a = self._assigned.get(key)
+            if a is None:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._STATE,
+                        f"{key[0]} [{key[1]}] is not assigned to this member: its records "
+                        "belong to its new owner (commit the transaction in on_revoke)",
+                    )
+                )
+            if a.ledger is None:
+                self._read_ledgers([key], Budget(timeout_s))
+            ledger = a.ledger
+            if ledger is None:
+                raise _no_offset()
+            view = txn.view(key, ledger)
+            cp = apply_change(view, change)
+            try:
+                gw = group_write(
+                    view, change.metadata, self._settings.metadata_max_bytes, change.rewind, True
+                )
+            except TokenTooLargeError as exc:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError.OFFSET_METADATA_TOO_LARGE,
+                        f"{key[0]} [{key[1]}]: {exc}; exactly-once cannot coalesce the range "
+                        "token (processed records would be read again): commit in smaller "
+                        "transactions, in order, or raise parallel.rebalance.metadata.max.bytes",
+                    )
+                ) from exc
+            if gw is not None:
+                group_offsets.append(_tp(key, gw.offset, gw.metadata))
+            if cp is not None:
+                child_offsets[key] = TopicPartition(
+                    key[0], key[1], cp.offset, metadata=encode_child_checkpoint(cp)
+                )
+            staged.append((key, ledger, change))
+        retire = {k: tp for k, tp in self._txn_retire.items() if k not in child_offsets}
+        child_offsets.update(retire)
+        # The user's group first: a zombie's commit fails there (its generation is
+        # stale), and the application aborts before anything else is sent.
+        if group_offsets:
+            producer.send_offsets_to_transaction(
+                group_offsets, self._primary.consumer_group_metadata(), *args
+            )
+        if child_offsets:
+            producer.send_offsets_to_transaction(
+                list(child_offsets.values()), self._child.group_metadata(), *args
+            )
+        for key, ledger, change in staged:
+            txn.stage(key, ledger, change)
+        txn.retired.update(child_offsets)
+
+    def commit_transaction(self, producer: Any, timeout: float | None = None) -> None:
+        """``producer.commit_transaction()``; once it returns, the claims sent with
+        :meth:`send_offsets_to_transaction` are processed for this consumer too.
+
+        Raises:
+            KafkaException: what the producer raised. Retriable: call again. Abortable:
+                call :meth:`abort_transaction`. Either way nothing was claimed here.
+        """
+        if timeout is None:
+            producer.commit_transaction()
+        else:
+            producer.commit_transaction(timeout)
+        txn, self._txn = self._txn, None
+        if txn is None or txn.producer is not producer:
+            return
+        txn.settle()
+        for key in txn.retired:
+            self._txn_retire.pop(key, None)
+        self._publish()
+
+    def abort_transaction(self, producer: Any, timeout: float | None = None) -> None:
+        """``producer.abort_transaction()``, then every record the transaction did not
+        commit is delivered again: each assigned partition's primary is sought back to
+        the first record it has not committed, and the child re-reads the backlog still
+        pending. (With confluent-kafka alone, the application seeks to the committed
+        offsets; with two streams that would re-read processed backlog records.)"""
+        if timeout is None:
+            producer.abort_transaction()
+        else:
+            producer.abort_transaction(timeout)
+        self._txn = None
+        if self._child is None:
+            tps = self._primary.committed(self._primary.assignment(), timeout=30.0)
+            for tp in tps:
+                if tp.offset >= 0:
+                    self._primary.seek(tp)
+            return
+        self._rewind_to_ledgers()
+
+    def _rewind_to_ledgers(self) -> None:
+        """Deliver again what the ledgers do not count processed (an aborted or lost
+        transaction): the primary from its ledger's position, the child from the first
+        pending piece."""
+        assert self._child is not None
+        keys = list(self._assigned)
+        self._observe(keys)
+        for key in keys:
+            a = self._assigned[key]
+            if a.ledger is None or a.ledger.position is None:
+                continue
+            self.seek(_tp(key, a.ledger.position))
+            if a.ledger.ranges:
+                self._child.start(key, a.ledger, a.epoch)
+        self._recheck()
 
     def _auto_commit(self, keys: list[Key], group: bool = True) -> None:
         """librdkafka's auto-commit, emulated (its own would store the primary's position,
@@ -1079,11 +1275,7 @@ class Consumer:
         if unknown and read:
             # Not ours now (revoked, lost, never assigned) or never read: what the group
             # stores is read first, so the write keeps every pending range it holds.
-            for key, restored in self._planner.read_logs(unknown, budget).items():
-                ledgers[key] = restored.ledger()
-                a = self._assigned.get(key)
-                if a is not None:
-                    a.ledger = ledgers[key]
+            ledgers.update(self._read_ledgers(unknown, budget))
         checkpoints: dict[Key, ChildCheckpoint] = {}
         writes = []
         max_bytes = self._settings.metadata_max_bytes
@@ -1136,6 +1328,16 @@ class Consumer:
                 a.written = (offset, metadata)
                 a.stored = False
         return result
+
+    def _read_ledgers(self, keys: list[Key], budget: Budget) -> dict[Key, Ledger]:
+        """Ledgers from what both logs store; an assigned partition adopts its own."""
+        out: dict[Key, Ledger] = {}
+        for key, restored in self._planner.read_logs(keys, budget).items():
+            out[key] = restored.ledger()
+            a = self._assigned.get(key)
+            if a is not None:
+                a.ledger = out[key]
+        return out
 
     def _commit_group(
         self, offsets: list[TopicPartition], asynchronous: bool, budget: Budget

@@ -74,7 +74,8 @@ class CorruptTokenError(TokenError):
 
 
 class TokenTooLargeError(ValueError):
-    """Even one coalesced range does not fit: the user's own metadata is too large."""
+    """The token does not fit its budget: not even coalesced to one range (the user's
+    own metadata takes the room), or, for exactly-once, not without coalescing."""
 
 
 @dataclass(frozen=True)

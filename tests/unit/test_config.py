@@ -14,6 +14,7 @@ from fastrebalance._config import (
     ENABLE_KEY,
     METADATA_MAX_KEY,
     THRESHOLD_KEY,
+    TRANSACTIONAL_KEY,
     ParallelConfig,
     child_config,
     split_config,
@@ -21,7 +22,7 @@ from fastrebalance._config import (
 from fastrebalance._token import DEFAULT_METADATA_MAX_BYTES
 
 BASE = {"bootstrap.servers": "broker:9092", "group.id": "orders"}
-OURS = (ENABLE_KEY, THRESHOLD_KEY, CATCHUP_GROUP_KEY, METADATA_MAX_KEY)
+OURS = (ENABLE_KEY, THRESHOLD_KEY, CATCHUP_GROUP_KEY, METADATA_MAX_KEY, TRANSACTIONAL_KEY)
 
 
 def enabled(**extra) -> dict:
@@ -330,3 +331,13 @@ def test_child_fetch_queue_backoff_defaults_short_but_user_value_wins() -> None:
     settings_, primary = split_config(enabled(**{"fetch.queue.backoff.ms": 500}))
     assert child_config(primary, settings_)["fetch.queue.backoff.ms"] == 500
     assert primary["fetch.queue.backoff.ms"] == 500  # the primary keeps the user's value
+
+
+def test_transactional_mode_requires_auto_commit_off() -> None:
+    with pytest.raises(ValueError, match=r"enable\.auto\.commit=false"):
+        split_config(enabled(**{TRANSACTIONAL_KEY: "true"}))
+    settings, rest = split_config(
+        enabled(**{TRANSACTIONAL_KEY: True, "enable.auto.commit": False})
+    )
+    assert settings.transactional and not settings.auto_commit
+    assert TRANSACTIONAL_KEY not in rest
