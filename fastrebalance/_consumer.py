@@ -198,6 +198,10 @@ class Consumer:
         self._in_transit: Counter[tuple[str, int, int]] = Counter()
         self._transit_lock = threading.Lock()
         self._published: dict[str, Any] = {}  # metrics_snapshot(): nothing with the mode off
+        # Exactly-once: the open transaction's claims (applied once it commits), and the
+        # stale catch-up checkpoints the next transaction must clear.
+        self._txn: OpenTransaction | None = None
+        self._txn_retire: dict[Key, TopicPartition] = {}
         if not self._settings.enabled:
             # The primary handle: the user's group member. Owner: the user's thread.
             self._primary = _RdConsumer(primary_conf)
@@ -264,10 +268,6 @@ class Consumer:
         self._due = False
         self._timer: threading.Timer | None = None
         self._primary_poll = self._primary.poll
-        # Exactly-once: the open transaction's claims (applied once it commits), and the
-        # stale catch-up checkpoints the next transaction must clear.
-        self._txn: OpenTransaction | None = None
-        self._txn_retire: dict[Key, TopicPartition] = {}
         self._arm_auto_commit()
         self._publish()
 

@@ -10,6 +10,7 @@ from fastrebalance.testing._clusters import (
     KafkaCluster,
     docker_available,
     open_test_cluster,
+    transactions_supported,
 )
 from fastrebalance.testing._embedded import EmbeddedKafka
 
@@ -20,4 +21,5 @@ __all__ = [
     "KafkaCluster",
     "docker_available",
     "open_test_cluster",
+    "transactions_supported",
 ]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     NewTopic,
@@ -148,6 +149,40 @@ def docker_available(timeout: float = 2.0) -> tuple[bool, str]:
     except Exception as exc:
         return False, f"no Docker engine answered: {exc}"
     return True, "Docker engine answered ping"
+
+
+def transactions_supported(cluster: KafkaCluster, timeout: float = 20.0) -> tuple[bool, str]:
+    """Whether ``cluster`` stores offsets committed in a transaction, and why not.
+
+    Exactly-once tests need it. librdkafka's mock cluster acknowledges TxnOffsetCommit
+    and drops it (it also filters no aborted records under read_committed and checks no
+    generation), so on it they would fail for the cluster's sake, not the library's.
+    Asked of the cluster, not of its kind: an external cluster may be either.
+    """
+    topic = f"fastrebalance-txn-probe-{uuid.uuid4().hex[:8]}"
+    group = f"{topic}-group"
+    cluster.create_topic(topic, 1)
+    bs = cluster.bootstrap_servers
+    producer = Producer({"bootstrap.servers": bs, "transactional.id": topic})
+    member = Consumer({"bootstrap.servers": bs, "group.id": group})
+    try:
+        producer.init_transactions(timeout)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 1, "probe")], member.consumer_group_metadata(), timeout
+        )
+        producer.commit_transaction(timeout)
+        (tp,) = member.committed([TopicPartition(topic, 0)], timeout=timeout)
+    except KafkaException as exc:
+        return False, f"transactions failed on this cluster: {exc}"
+    finally:
+        member.close()
+    if tp.offset != 1:
+        return False, (
+            "this cluster does not store offsets committed in a transaction (librdkafka's "
+            "mock cluster acknowledges TxnOffsetCommit and drops it)"
+        )
+    return True, "offsets committed in a transaction are stored"
 
 
 def open_test_cluster() -> KafkaCluster:
