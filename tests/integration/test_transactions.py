@@ -9,6 +9,7 @@ broker that stores transactional offsets: those tests probe the cluster and skip
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -259,3 +260,37 @@ def test_committed_transactions_are_what_a_restart_resumes_from(
         assert backlog.offset() + 1 in offsets
     finally:
         restarted.close()
+
+
+def test_a_zombie_cannot_commit_after_its_partitions_moved(
+    transactional_cluster, topic_factory, unique_group
+):
+    """A member that stops polling past max.poll.interval.ms is out of the group; its
+    partition goes to another member. Its transaction, sent with its old generation,
+    must fail (KIP-447 fencing), so neither log nor its output becomes visible."""
+    bs, topic = transactional_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 100)
+    conf = base_conf(
+        bs, unique_group, **EOS, **{"max.poll.interval.ms": 6000, "session.timeout.ms": 6000}
+    )
+    zombie = Consumer(conf)
+    successor = Consumer(conf)
+    producer = _producer(bs)
+    try:
+        zombie.subscribe([topic])
+        held = drain(zombie, lambda ms: len(ms) >= 10, timeout=60)
+        successor.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not successor.assignment():  # the zombie does not poll meanwhile
+            assert time.monotonic() < deadline, "the partition never moved"
+            successor.poll(0.2)
+        producer.begin_transaction()
+        with pytest.raises(KafkaException):
+            zombie.send_offsets_to_transaction(producer, held)
+            zombie.commit_transaction(producer)
+        zombie.abort_transaction(producer)
+    finally:
+        for c in (zombie, successor):
+            c.close()
+    offset, _ = _stored(bs, unique_group, topic)
+    assert offset < held[-1].offset() + 1, "the zombie's transaction committed"
