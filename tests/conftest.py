@@ -11,7 +11,7 @@ from uuid import uuid4
 
 import pytest
 
-from fastrebalance.testing import KafkaCluster, open_test_cluster
+from fastrebalance.testing import KafkaCluster, open_test_cluster, transactions_supported
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +36,15 @@ def topic_factory(kafka_cluster: KafkaCluster) -> Callable[..., str]:
 @pytest.fixture
 def unique_group() -> str:
     return f"g-{uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def transactional_cluster(kafka_cluster: KafkaCluster) -> KafkaCluster:
+    """The session's cluster, if it stores transactional offsets; skip otherwise.
+
+    librdkafka's mock acknowledges TxnOffsetCommit and drops it, so exactly-once end to
+    end can only be checked on a real broker (FASTREBALANCE_TEST_BOOTSTRAP or Docker)."""
+    ok, why = transactions_supported(kafka_cluster)
+    if not ok:
+        pytest.skip(why)
+    return kafka_cluster

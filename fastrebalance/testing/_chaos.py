@@ -67,8 +67,8 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from fastrebalance._consumer import _REVOKE_WAIT_S
 from fastrebalance._planner import PLAN_BUDGET_S as _PLAN_BUDGET_S
@@ -76,6 +76,7 @@ from fastrebalance._planning import restore
 
 __all__ = [
     "ALL_FAULTS",
+    "ALL_WORKER_MODES",
     "KILL_FAULTS",
     "OWN_STEP",
     "WORKER_MODES",
@@ -107,8 +108,14 @@ ALL_FAULTS: tuple[str, ...] = (
     "broker_pause",  # SIGSTOP the broker process, SIGCONT a few seconds later
 )
 KILL_FAULTS: tuple[str, ...] = ("kill", "kill_catchup", "kill_commit", "kill_young")
+#: The eos workers' output topic: the input topic's name with this suffix.
+OUTPUT_SUFFIX = "-out"
 #: The worker behaviours (``_crashworker --mode``), drawn at random per process.
 WORKER_MODES: tuple[str, ...] = ("inorder", "async")
+#: Every worker behaviour: ``eos`` (read-process-write in producer transactions, checked
+#: exactly once in the output topic) runs alone, and only on a broker that stores
+#: transactional offsets.
+ALL_WORKER_MODES: tuple[str, ...] = (*WORKER_MODES, "eos")
 
 _WORKER_MODULE = "fastrebalance.testing._crashworker"
 #: How long a worker armed to die mid-backlog may wait for one before it is killed anyway.
@@ -187,13 +194,24 @@ class ChaosSettings:
     socket_timeout_ms: int = 60000  #: the workers' socket.timeout.ms (their time bounds)
     worker_args: tuple[str, ...] = ()  #: more _crashworker arguments (tests of the harness)
 
+    @property
+    def eos(self) -> bool:
+        return "eos" in self.modes
+
     def validate(self) -> None:
         unknown = sorted(set(self.faults) - set(ALL_FAULTS))
         if unknown:
             raise ValueError(f"unknown faults {unknown}: choose from {', '.join(ALL_FAULTS)}")
-        bad = sorted(set(self.modes) - set(WORKER_MODES))
+        bad = sorted(set(self.modes) - set(ALL_WORKER_MODES))
         if bad or not self.modes:
-            raise ValueError(f"worker modes {bad or '()'}: choose from {', '.join(WORKER_MODES)}")
+            raise ValueError(
+                f"worker modes {bad or '()'}: choose from {', '.join(ALL_WORKER_MODES)}"
+            )
+        if "eos" in self.modes and set(self.modes) != {"eos"}:
+            raise ValueError(
+                "eos workers run alone: a record another kind of worker processes has no "
+                "output, and the output is what the eos check reads"
+            )
         if self.cpu_hog < 0:
             raise ValueError("cpu_hog must be >= 0")
         if not 1 <= self.min_workers <= self.workers <= self.max_workers:
@@ -507,6 +525,11 @@ class Fleet:
             "--max-poll-interval-ms", str(s.max_poll_interval_ms),
             "--socket-timeout-ms", str(s.socket_timeout_ms), *s.worker_args,
         ]  # fmt: skip
+        if mode == "eos":
+            # one transactional.id per slot: a restarted incarnation fences the one it
+            # replaces, and its open transaction is aborted at once
+            args += ["--output-topic", self.topic + OUTPUT_SUFFIX,
+                     "--transactional-id", f"{self.group}-w{slot}"]  # fmt: skip
         with open(err, "w") as err_file:
             proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err_file, text=True)
         run = WorkerRun(slot, incarnation, log, err, proc, mode)
@@ -1164,6 +1187,11 @@ class ChaosResult:
     latency_fresh: dict[str, float] = field(default_factory=dict)
     latency_all: dict[str, float] = field(default_factory=dict)
     backlog_first_deliveries: int = 0
+    #: eos: records read committed from the output topic, input values with no output
+    #: (not deleted by retention), and values with more than one output
+    output_records: int = 0
+    output_missing: list[int] = field(default_factory=list)
+    output_duplicated: list[int] = field(default_factory=list)
 
     @property
     def fault_total(self) -> int:
@@ -1179,6 +1207,8 @@ class ChaosResult:
                 or self.deaths
                 or self.bounds_exceeded
                 or self.produce_failed
+                or self.output_missing
+                or self.output_duplicated
             )
             and self.drained
             and self.produced > 0
@@ -1192,6 +1222,16 @@ class ChaosResult:
             out.append(f"{self.produce_failed} records failed to produce")
         if not self.drained:
             out.append(f"committed offsets never reached the log ends {self.log_ends}")
+        if self.output_missing:
+            out.append(
+                f"{len(self.output_missing)} input records have no committed output, first "
+                f"values {self.output_missing[:20]}"
+            )
+        if self.output_duplicated:
+            out.append(
+                f"{len(self.output_duplicated)} input records have more than one committed "
+                f"output, first values {self.output_duplicated[:20]}"
+            )
         out += self.wrong[:10] + self.violations[:20] + self.deaths[:10]
         out += self.bounds_exceeded[:10]
         return out
@@ -1207,7 +1247,7 @@ def format_summary(r: ChaosResult, command: str | None = None) -> str:
     """The summary table (docs/reliability.md quotes one)."""
     s = r.settings
     faults = ", ".join(f"{k} {v}" for k, v in sorted(r.faults.items()))
-    modes = ", ".join(f"{m} {r.modes[m]}" for m in WORKER_MODES if m in s.modes)
+    modes = ", ".join(f"{m} {r.modes[m]}" for m in ALL_WORKER_MODES if m in s.modes)
     kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r.async_commit_kinds.items()))
     whens = r.async_commit_whens
     slowest = max(r.shutdown_seconds, default=math.nan)
@@ -1243,6 +1283,12 @@ def format_summary(r: ChaosResult, command: str | None = None) -> str:
                                                 "delivered by the child)"),
         ("logs", str(r.workdir)),
     ]  # fmt: skip
+    if s.eos:
+        rows.insert(-1, (
+            "exactly once (output)",
+            f"{r.output_records:,} committed outputs read; {len(r.output_missing)} inputs "
+            f"without one, {len(r.output_duplicated)} with more than one",
+        ))  # fmt: skip
     width = max(len(k) for k, _ in rows)
     line = "+" + "-" * (width + 2) + "+" + "-" * 72
     out = [line]
@@ -1354,6 +1400,13 @@ def _run(
     bootstrap = cluster.bootstrap_servers
     result.topic = topic = f"chaos-{uuid4().hex[:8]}"
     result.group = group = f"chaos-{uuid4().hex[:8]}"
+    if s.eos:
+        from fastrebalance.testing._clusters import transactions_supported
+
+        supported, why = transactions_supported(cluster)
+        if not supported:
+            raise RuntimeError(f"eos workers need transactions: {why}")
+        cluster.create_topic(topic + OUTPUT_SUFFIX, s.partitions)
     cluster.create_topic(topic, s.partitions)
     if "broker_pause" in s.faults and not hasattr(cluster, "pause"):
         out("chaos: broker_pause needs the embedded cluster; skipped on this one")
@@ -1451,6 +1504,8 @@ def _run(
             result.async_commit_whens.update(r.commit_whens)
     result.samples, result.sample_errors = len(sampler.samples), sampler.errors
     _check(result, producer, fleet, sampler)
+    if s.eos:
+        _check_output(result, producer, bootstrap, topic + OUTPUT_SUFFIX, s.partitions)
     result.total_seconds = time.monotonic() - t0
     return result
 
@@ -1514,3 +1569,54 @@ def _check(
         1 for smp in samples for off, _ in smp.child.values() if off >= 0
     )
     result.violations = check_samples(samples, records, result.log_ends, low)
+
+
+def read_committed_output(
+    bootstrap: str, topic: str, partitions: int, timeout: float = 120.0
+) -> Counter[int]:
+    """Every value in ``topic`` as a downstream ``read_committed`` consumer sees it.
+
+    Reads until every partition reports its end; a transaction still open holds its
+    partition's last stable offset back until it ends (``transaction.timeout.ms``)."""
+    reader = PlainConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-checker",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    counts: Counter[int] = Counter()
+    try:
+        reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            for m in reader.consume(1000, 0.5):
+                err = m.error()
+                partition, value = m.partition(), m.value()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and partition is not None:
+                        at_end.add(partition)
+                    continue
+                at_end.discard(partition or 0)
+                counts[int(value or b"-1")] += 1
+        if len(at_end) < partitions:
+            raise RuntimeError(f"the output topic {topic} was not read to its end in {timeout}s")
+    finally:
+        reader.close()
+    return counts
+
+
+def _check_output(
+    result: ChaosResult, producer: SteadyProducer, bootstrap: str, topic: str, partitions: int
+) -> None:
+    """Exactly once: each input value has one committed output record, no more."""
+    counts = read_committed_output(bootstrap, topic, partitions)
+    result.output_records = sum(counts.values())
+    delivered = producer.delivered
+    low = result.low_watermarks
+    gone = {v for v, (p, o) in delivered.items() if o < low.get(p, 0) and v not in counts}
+    result.output_missing = sorted(set(delivered) - set(counts) - gone)
+    result.output_duplicated = sorted(v for v, n in counts.items() if n > 1)

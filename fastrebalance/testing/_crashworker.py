@@ -3,17 +3,19 @@
 Run as::
 
     python -m fastrebalance.testing._crashworker --bootstrap B --topic T --group G --log PATH \
-        [--mode inorder|async] [--seed N] [--threshold N] [--protocol classic|cooperative|consumer]
-        [--work-us N] [--session-timeout-ms MS] [--max-poll-interval-ms MS]
-        [--socket-timeout-ms MS]
+        [--mode inorder|async|eos] [--seed N] [--threshold N]
+        [--protocol classic|cooperative|consumer] [--work-us N] [--session-timeout-ms MS]
+        [--max-poll-interval-ms MS] [--socket-timeout-ms MS]
+        [--output-topic T --transactional-id ID]   (--mode eos)
 
 It is a ``fastrebalance.Consumer`` with ``enable.parallel.rebalance=true`` and manual commits.
 Every record ``consume()`` returns is *processed* by appending one line to the log file
 (``fastrebalance.testing._chaos.format_line``: partition, offset, value, produce-to-processing
 latency, and which stream delivered it), and the log is flushed and fsynced BEFORE any commit
 that covers the record. That ordering is the at-least-once contract the harness checks: a
-committed offset may only cover records already durable in some log. Two behaviours
-(``--mode``; the harness draws one per process from the chaos seed):
+committed offset may only cover records already durable in some log. Three behaviours
+(``--mode``; the harness draws ``inorder`` or ``async`` per process from the chaos seed,
+``eos`` runs alone):
 
 * ``inorder``: consume a batch, process all of it, and every ~50 ms (or 2000 records) flush,
   fsync and ``commit()`` (bare, synchronous).
@@ -27,6 +29,8 @@ committed offset may only cover records already durable in some log. Two behavio
   and every record handed out before ``m`` on its partition (in delivery order, whatever
   the stream) is durable; a bare ``commit()`` only when everything handed out is durable
   (the pipeline stops consuming and drains every 0.3-3 s for that).
+* ``eos``: read-process-write in producer transactions (``EOSWorker``): one output record
+  per input record, both commit logs in the same transaction.
 
 Signals (the harness sends them; see ``_chaos.FaultInjector``):
 
@@ -69,10 +73,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from fastrebalance import Consumer
-from fastrebalance.testing._chaos import OWN_STEP, WORKER_MODES, documented_bounds, format_line
+from fastrebalance.testing._chaos import (
+    ALL_WORKER_MODES,
+    OWN_STEP,
+    documented_bounds,
+    format_line,
+)
 
 #: Flush + fsync + commit when this much time has passed with records pending...
 COMMIT_INTERVAL_S = 0.05
@@ -210,18 +219,18 @@ class Worker:
     def __init__(self, args: argparse.Namespace, flags: Flags, phase: Phase) -> None:
         self.args = args
         self.flags = flags
-        self.consumer = Consumer(
-            build_config(
-                args.bootstrap,
-                args.group,
-                args.threshold,
-                args.protocol,
-                f"crashworker-{os.getpid()}",
-                args.session_timeout_ms,
-                args.max_poll_interval_ms,
-                args.socket_timeout_ms,
-            )
+        conf = build_config(
+            args.bootstrap,
+            args.group,
+            args.threshold,
+            args.protocol,
+            f"crashworker-{os.getpid()}",
+            args.session_timeout_ms,
+            args.max_poll_interval_ms,
+            args.socket_timeout_ms,
         )
+        conf.update(self.extra_config())
+        self.consumer = Consumer(conf)
         self.bounds = bounds(args)
         self.phase = phase
         self.log = open(args.log, "a", encoding="utf-8", buffering=1 << 20)  # noqa: SIM115
@@ -233,6 +242,9 @@ class Worker:
         self.catchup = False
         self.assigned: set[int] = set()
         self.generation: dict[int, int] = {}  #: partition -> how many times assigned
+
+    def extra_config(self) -> dict[str, Any]:
+        return {}
 
     # -- callbacks
     def on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -362,6 +374,10 @@ class Worker:
         """Finish what is held (the loop is left); what the "stopping" event reports."""
         return {}
 
+    def final_commit(self) -> None:
+        # everything handed out is processed and durable: a bare commit is true
+        self.consumer.commit(asynchronous=False)
+
     def run(self) -> int:
         self.consumer.subscribe(
             [self.args.topic],
@@ -381,12 +397,11 @@ class Worker:
             self.loop()
             _emit("stopping", **self.stopping())
             self.sync_log()
-            # everything handed out is processed and durable: a bare commit is true
             _emit("final_commit_begin")
             started = time.monotonic()
             try:
                 with self.phase("final commit", self.bounds["commit"]):
-                    self.consumer.commit(asynchronous=False)
+                    self.final_commit()
                 ok, error = True, None
             except KafkaException as exc:
                 ok, error = False, str(exc)
@@ -767,6 +782,130 @@ class AsyncWorker(Worker):
         return {"held": held, "dropped_commits": len(self.scheduled)}
 
 
+class EOSWorker(Worker):
+    """Read-process-write, exactly once: each consumed batch is one producer transaction
+    holding one output record per input record (its value) and both commit logs
+    (``send_offsets_to_transaction``); the log line, fsynced before the commit, is for the
+    harness's at-least-once and latency checks, the output topic for the exactly-once one.
+
+    SIGUSR1 kills it during the commit (right after the offsets are sent, between sending
+    them and committing, or a random moment into the commit), SIGUSR2 halfway through
+    producing a batch holding backlog records (mid-transaction)."""
+
+    mode = "eos"
+
+    def __init__(self, args: argparse.Namespace, flags: Flags, phase: Phase) -> None:
+        super().__init__(args, flags, phase)
+        # The producer, like the consumer, is owned by this (the main) thread.
+        self.producer = Producer(
+            {
+                "bootstrap.servers": args.bootstrap,
+                "transactional.id": args.transactional_id,
+                # a transaction of a worker killed for good blocks read_committed readers
+                # of its partitions until it times out
+                "transaction.timeout.ms": 10000,
+                "linger.ms": 5,
+                # librdkafka: at most transaction.timeout.ms + 100
+                "socket.timeout.ms": min(args.socket_timeout_ms, 10000),
+            }
+        )
+        with self.phase("init_transactions()", self.bounds["commit"]):
+            self.producer.init_transactions(self.bounds["commit"])
+
+    def extra_config(self) -> dict[str, Any]:
+        return {"parallel.rebalance.transactional": True, "isolation.level": "read_committed"}
+
+    def process(self, msgs: list[Any]) -> None:
+        good = [m for m in msgs if m.error() is None]
+        for m in msgs:
+            err = m.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                _emit("error", error=str(err))
+        if not good:
+            return
+        backlog = self._backlog()
+        die_after = -1
+        if self.flags.kill_mid_backlog and backlog:
+            inside = [i for i, m in enumerate(good) if _inside(backlog, m)]
+            if inside:
+                die_after = inside[len(inside) // 2]
+        with self.phase("transaction", self.bounds["commit"]):
+            self.producer.begin_transaction()
+        now_ms = time.time() * 1000
+        with self.phase("processing", self.bounds["own"]):
+            for i, m in enumerate(good):
+                self.producer.produce(
+                    self.args.output_topic, value=m.value(), partition=m.partition()
+                )
+                stream = "b" if backlog and _inside(backlog, m) else "f"
+                self.write(m.partition(), m.offset(), m, now_ms, stream)
+                if i == die_after:
+                    self.log.flush()
+                    _emit("mid_backlog", processed=i + 1)
+                    _die()
+            self.producer.poll(0)
+            self.work(len(good))
+        self.sync_log()
+        self.processed += len(good)
+        self.commit_transaction(good)
+
+    def commit_transaction(self, batch: list[Any]) -> None:
+        how = None
+        if self.flags.kill_in_commit:
+            how = self.rng.choice(("sent", "before_commit", "timer"))
+            _emit("commit_kill", how=how, records=len(batch))
+        started = time.monotonic()
+        try:
+            with self.phase("send_offsets_to_transaction()", self.bounds["commit"]):
+                self.consumer.send_offsets_to_transaction(
+                    self.producer, batch, timeout=self.bounds["commit"]
+                )
+            if how == "sent":
+                _die()
+            if how == "before_commit":
+                self.producer.flush(self.bounds["commit"])
+                _die()
+            if how == "timer":
+                timer = threading.Timer(self.rng.uniform(0.0, 1.5 * self.commit_s), _die)
+                timer.daemon = True
+                timer.start()
+            self._commit_with_retries()
+        except KafkaException as exc:
+            _emit("commit_failed", error=str(exc), took=round(time.monotonic() - started, 3))
+            with self.phase("abort_transaction()", self.bounds["commit"]):
+                self.consumer.abort_transaction(self.producer, self.bounds["commit"])
+            _emit("aborted", records=len(batch))
+            return
+        took = round(time.monotonic() - started, 3)
+        self.commit_s = 0.9 * self.commit_s + 0.1 * took
+        self.commits += 1
+        _emit("commit", asynchronous=False, took=took, kind="transaction", records=len(batch))
+
+    def _commit_with_retries(self) -> None:
+        """A retriable failure of the commit is retried (the transaction is still open);
+        one that requires an abort, or anything else, is raised for the caller to abort
+        (a fatal one then fails the abort too, and the worker dies for the harness to see)."""
+        for attempt in range(5):
+            try:
+                with self.phase("commit_transaction()", self.bounds["commit"]):
+                    self.consumer.commit_transaction(self.producer, self.bounds["commit"])
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if attempt == 4 or not err.retriable() or err.txn_requires_abort():
+                    raise
+
+    def loop(self) -> None:
+        while not self.flags.stop:
+            msgs = self.consume()
+            if msgs:
+                self.process(msgs)
+            self.report_catchup()
+
+    def final_commit(self) -> None:
+        """Nothing is open: every batch was committed or aborted in its own iteration."""
+
+
 def bounds(args: argparse.Namespace) -> dict[str, float]:
     return documented_bounds(args.socket_timeout_ms / 1000.0, CONSUME_TIMEOUT_S)
 
@@ -786,7 +925,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--log", required=True, help="append processed records here")
-    parser.add_argument("--mode", choices=WORKER_MODES, default="inorder")
+    parser.add_argument("--mode", choices=ALL_WORKER_MODES, default="inorder")
+    parser.add_argument("--output-topic", help="eos: where the output records go")
+    parser.add_argument("--transactional-id", help="eos: the producer's transactional.id")
     parser.add_argument("--seed", type=int, help="seeds the worker's own random choices")
     parser.add_argument("--threshold", type=int, default=20)
     parser.add_argument(
@@ -836,7 +977,14 @@ def main(argv: list[str] | None = None) -> int:
     # every thread's stack to stderr, even with the GIL held: what the harness asks for
     # before it SIGKILLs a worker that does not exit
     faulthandler.register(signal.SIGQUIT, all_threads=True)
-    worker = (AsyncWorker if args.mode == "async" else InOrderWorker)(args, flags, phase)
+    kinds: dict[str, type[Worker]] = {
+        "inorder": InOrderWorker,
+        "async": AsyncWorker,
+        "eos": EOSWorker,
+    }
+    if args.mode == "eos" and not (args.output_topic and args.transactional_id):
+        parser.error("--mode eos needs --output-topic and --transactional-id")
+    worker = kinds[args.mode](args, flags, phase)
     return worker.run()
 
 

@@ -605,6 +605,7 @@ examples:
   fastrebalance chaos --duration 10m --faults kill,kill_commit,stop --protocol consumer
   fastrebalance chaos --duration 5m --cpu-hog 2       # on a loaded machine
   fastrebalance chaos --duration 5m --modes async     # only asynchronous pipelines
+  fastrebalance chaos --duration 30m --modes eos -b HOST:PORT   # exactly-once (a real broker)
 """
 
 
@@ -633,13 +634,15 @@ def _fault_list(text: str) -> tuple[str, ...]:
 
 
 def _mode_list(text: str) -> tuple[str, ...]:
-    from ..testing._chaos import WORKER_MODES
+    from ..testing._chaos import ALL_WORKER_MODES
 
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names or any(n not in WORKER_MODES for n in names):
+    if not names or any(n not in ALL_WORKER_MODES for n in names):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: modes are a comma-separated list of {', '.join(WORKER_MODES)}"
+            f"{text!r}: modes are a comma-separated list of {', '.join(ALL_WORKER_MODES)}"
         )
+    if "eos" in names and len(set(names)) > 1:
+        raise argparse.ArgumentTypeError("eos workers run alone: --modes eos")
     return names
 
 
@@ -737,9 +740,11 @@ def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=_mode_list,
         default=WORKER_MODES,
         metavar="LIST",
-        help="worker behaviours, one drawn per process from the seed (default: all): "
-        "inorder (consume, process, fsync, commit), async (held batches processed out of "
-        "order, commits made late)",
+        help="worker behaviours, one drawn per process from the seed (default: "
+        "inorder,async): inorder (consume, process, fsync, commit), async (held batches "
+        "processed out of order, commits made late), eos (alone: read-process-write in "
+        "transactions, checked exactly once in the output; needs a broker that stores "
+        "transactional offsets, not the embedded one)",
     )
     p.add_argument(
         "--cpu-hog",

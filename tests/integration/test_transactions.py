@@ -19,7 +19,6 @@ from confluent_kafka import Producer
 
 from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
 from fastrebalance._token import decode_child_checkpoint, decode_group_token, is_ours
-from fastrebalance.testing import transactions_supported
 
 from .helpers import base_conf, drain, produce
 
@@ -223,14 +222,6 @@ def test_with_the_mode_off_it_is_confluent_kafkas_loop(kafka_cluster, topic_fact
         assert [(tp.partition, tp.offset) for tp in producer.sent[0]] == [(0, 5)]
     finally:
         c.close()
-
-
-@pytest.fixture
-def transactional_cluster(kafka_cluster: Any) -> Any:
-    ok, why = transactions_supported(kafka_cluster)
-    if not ok:
-        pytest.skip(why)
-    return kafka_cluster
 
 
 def test_committed_transactions_are_what_a_restart_resumes_from(
