@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from ._token import DEFAULT_METADATA_MAX_BYTES
 
 __all__ = ["CONFIG_KEYS", "DEFAULT_LAG_THRESHOLD", "ParallelConfig", "child_config", "split_config"]
@@ -107,18 +109,28 @@ def _int(key: str, value: Any, lo: int, hi: int | None = None) -> int:
     return parsed
 
 
-_TRUE = ("true", "t", "1", "yes", "on")
-_FALSE = ("false", "f", "0", "no", "off")
+#: librdkafka's spellings of a boolean (compared case-insensitively, no spaces).
+_TRUE = ("true", "t", "1")
+_FALSE = ("false", "f", "0")
 
 
 def _librdkafka_bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
-    """A librdkafka boolean we must read before librdkafka does (we replace it)."""
+    """A librdkafka boolean we must read before librdkafka does (we replace it), read as
+    confluent-kafka and librdkafka read it: a bool, an int (confluent-kafka writes it as
+    text) or text, and anything else refused with librdkafka's own error.
+
+    Raises:
+        KafkaException: ``_INVALID_ARG``, as confluent_kafka.Consumer raises it.
+    """
     value = conf.get(key, default)
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError(f"{key}={value!r} is invalid: expected a bool value (true or false)")
+    text = str(value) if isinstance(value, int | str) else None
+    if text is not None and text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    raise KafkaException(
+        KafkaError(KafkaError._INVALID_ARG, f'Expected bool value for "{key}": true or false')
+    )
 
 
 def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any]]:

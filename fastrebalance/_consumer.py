@@ -54,7 +54,7 @@ from ._ledger import Ledger
 from ._planner import PLAN_BUDGET_S, UNKNOWN_PARTITION, Planner, Reading
 from ._planning import Plan, plan_assignment
 from ._retry import Budget, call_with_retries
-from ._routing import Claim, Epoch, History
+from ._routing import UNKNOWN_START, Claim, Epoch, History
 from ._token import ChildCheckpoint, TokenTooLargeError, encode_child_checkpoint, is_ours
 from ._transactions import OpenTransaction
 
@@ -157,7 +157,7 @@ def _no_offset() -> KafkaException:
 class _Assigned:
     """A partition of the current assignment."""
 
-    __slots__ = ("checkpoint", "epoch", "ledger", "stored", "written")
+    __slots__ = ("checkpoint", "epoch", "ledger", "stored", "stored_as", "written")
 
     def __init__(self, ledger: Ledger | None, epoch: Epoch) -> None:
         #: What is unprocessed; None: the group's offset could not be read when the
@@ -165,6 +165,9 @@ class _Assigned:
         self.ledger = ledger
         self.epoch = epoch  #: what both streams handed out in this assignment
         self.stored = False  #: store_offsets() claimed something not yet committed
+        #: the last store_offsets(offsets=)'s offset and metadata: as librdkafka's stored
+        #: offset, the next commit writes no more than it (a rewind), with its metadata
+        self.stored_as: tuple[int | None, str] = (None, "")
         self.checkpoint: ChildCheckpoint | None = None  #: ... and this child checkpoint
         self.written: tuple[int, str] | None = None  #: the last group commit sent
 
@@ -246,6 +249,10 @@ class Consumer:
         # and while close() drains the last rebalance (records fetched, then dropped).
         self._untrusted_position = False
         self._revoked_in_call: set[Key] = set()
+        # Assigned partitions whose primary run starts at its first record (unplanned at
+        # a logical offset): the slow path looks at each record until it came.
+        self._unresolved: set[Key] = set()
+        self._leaving = False  # close() is serving the last rebalance
         self._subscribed = False
         self._fair = 0
         self._warned_offsets = False
@@ -515,6 +522,7 @@ class Consumer:
         if not keys:
             return
         self._observe(keys, leaving=True)
+        self._unresolved.difference_update(keys)
         for k in keys:
             epoch = self._assigned.pop(k).epoch
             epoch.close()
@@ -527,10 +535,11 @@ class Consumer:
         self._publish()
 
     def _read(self, partitions: list[TopicPartition]) -> dict[Key, Reading]:
-        if self._closed:
+        if self._closed or self._leaving:
             # An assignment delivered inside close(), revoked right after: reading would
             # only wait on a group that is leaving (librdkafka answers no OffsetFetch while
-            # it terminates). Nothing is read, so nothing needs a plan.
+            # it terminates) and spend close()'s bound. Nothing is read, so nothing is
+            # planned: nothing is handed out before the revoke either.
             return {}
         self._plan_budget = Budget(PLAN_BUDGET_S)
         return self._planner.read(partitions, self._plan_budget)
@@ -611,8 +620,14 @@ class Consumer:
             history = self._history.setdefault(key, History())
             self._revoked_in_call.discard(key)
             if plan is None:
-                # Unplanned: no ledger yet, and the primary's stream is the only one.
-                self._assigned[key] = _Assigned(None, history.begin(0, 0))
+                # Unplanned: no ledger yet, and the primary's stream is the only one. It
+                # begins where the primary starts: the application's offset, else (the
+                # committed offset, a logical one) its first record. Not at 0: the
+                # group's log may hold a pending backlog this member cannot read now.
+                start = tp.offset if tp.offset >= 0 else UNKNOWN_START
+                self._assigned[key] = _Assigned(None, history.begin(start, start))
+                if start == UNKNOWN_START:
+                    self._unresolved.add(key)
                 continue
             epoch = history.begin(plan.floor, plan.run_start)
             self._assigned[key] = _Assigned(plan.ledger, epoch)
@@ -710,6 +725,8 @@ class Consumer:
                 m = self._primary.poll(0)
                 if m is not None:
                     self._fair += 1
+                    if self._unresolved:
+                        self._resolve([m])
                     return m
                 got = child.consume(1)
                 if got:
@@ -726,6 +743,8 @@ class Consumer:
             m = self._primary.poll(wait)
             if m is not None:
                 self._fair += 1
+                if self._unresolved:
+                    self._resolve([m])
                 return m
             now = time.monotonic()
 
@@ -756,7 +775,24 @@ class Consumer:
         if self._revoked_in_call:
             gone, self._revoked_in_call = self._revoked_in_call, set()
             msgs = [m for m in msgs if (m.topic(), m.partition()) not in gone]
+        if self._unresolved:
+            self._resolve(msgs)
         return msgs
+
+    def _resolve(self, msgs: list[Message]) -> None:
+        """The first record of an unplanned partition's primary run is where its stream
+        begins (see ``Epoch.resolve``)."""
+        for m in msgs:
+            key = (m.topic(), m.partition())
+            if key not in self._unresolved or m.error() is not None:
+                continue
+            offset = m.offset()
+            a = self._assigned.get(key)
+            if a is not None and offset is not None:
+                a.epoch.resolve(offset)
+                self._unresolved.discard(key)
+        if not self._unresolved:
+            self._recheck()
 
     def _consume_slow(self, num: int, timeout: float | None) -> list[Message]:
         child = self._child
@@ -862,7 +898,8 @@ class Consumer:
                 if claims:
                     changes[key] = Change(claims)
             elif a.stored:
-                changes[key] = Change()
+                change = changes[key] = Change()
+                change.rewind, change.metadata = a.stored_as
         return changes
 
     def _transit_limits(self) -> dict[Key, int]:
@@ -1035,6 +1072,7 @@ class Consumer:
             if cp is not None:
                 a.checkpoint = cp
             a.stored = True
+            a.stored_as = (change.rewind, change.metadata)
 
     # --------------------------------------------------------- transactions
     def send_offsets_to_transaction(
@@ -1250,7 +1288,7 @@ class Consumer:
         """Whether the next call may take the hot path (this thread, after anything that
         may start or end a catch-up). ``_steady`` is written before ``_due`` is read, so
         a timer firing meanwhile always leaves it False."""
-        self._steady = not self._reading
+        self._steady = not self._reading and not self._unresolved
         if self._due:
             self._steady = False
 
@@ -1332,7 +1370,7 @@ class Consumer:
             a = self._assigned.get(key)
             if a is not None:
                 a.written = (offset, metadata)
-                a.stored = False
+                a.stored, a.stored_as = False, (None, "")
         return result
 
     def _read_ledgers(self, keys: list[Key], budget: Budget) -> dict[Key, Ledger]:
@@ -1413,6 +1451,9 @@ class Consumer:
                 offset = a.epoch.floor
         a.epoch.seek(offset)
         self._history[key].trim(a.epoch)
+        if a.epoch.unresolved:  # a logical offset of an unplanned partition
+            self._unresolved.add(key)
+            self._recheck()
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._primary.pause(partitions)
@@ -1512,7 +1553,7 @@ class Consumer:
         """
         keys = list(self._assigned)
         self._observe(keys)  # what the application got, before anything else
-        self._untrusted_position = True
+        self._untrusted_position = self._leaving = True
         try:
             self._primary.unsubscribe()
             deadline = time.monotonic() + _REVOKE_WAIT_S

@@ -33,7 +33,14 @@ from dataclasses import dataclass
 
 from ._ranges import RangeSet
 
-__all__ = ["Claim", "Epoch", "History", "Run"]
+__all__ = ["UNKNOWN_START", "Claim", "Epoch", "History", "Run"]
+
+#: The start of a primary run not known yet: a partition assigned without a plan (its
+#: group offset could not be read) at an offset librdkafka resolves (the committed one,
+#: OFFSET_END, OFFSET_BEGINNING). Such a run holds nothing and claims nothing until its
+#: first record says where it starts (``Epoch.resolve``): claiming from 0, or from any
+#: guess, could claim a pending backlog that nobody read.
+UNKNOWN_START = 1 << 62
 
 #: Assignments remembered per partition; older ones only keep what they delivered, so a
 #: late commit of one of their records claims that record alone.
@@ -132,6 +139,21 @@ class Epoch:
     def close(self) -> None:
         """The partition left the assignment (its live run observed first)."""
         self.open = False
+
+    @property
+    def unresolved(self) -> bool:
+        return self.primary[-1].start == UNKNOWN_START
+
+    def resolve(self, offset: int) -> None:
+        """The primary's live run of unknown start handed out its first record, at
+        ``offset``: the run begins there, and so does the primary's stream if the epoch
+        had no floor. Records before it in the run (a record returned before this was
+        called) are not covered: a late commit of one claims that record alone."""
+        if self.primary[-1].start != UNKNOWN_START:
+            return
+        self.primary[-1] = Run(offset)
+        if self.floor == UNKNOWN_START:
+            self.floor = offset
 
     def child_run(self, start: int) -> Run:
         run = Run(start)

@@ -20,6 +20,17 @@ def produce(bootstrap: str, topic: str, count: int, partition: int = 0, start: i
     assert p.flush(30) == 0
 
 
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """How long ``fn()`` took, with its result or the exception it raised (measured after
+    the call returns: a time bound checked on anything else cannot fail)."""
+    started = time.monotonic()
+    try:
+        outcome = fn()
+    except Exception as exc:
+        outcome = exc
+    return time.monotonic() - started, outcome
+
+
 def base_conf(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,

@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from fastrebalance import Consumer, TopicPartition
 from fastrebalance.testing import EmbeddedKafka
 
-from .helpers import base_conf, drain, produce
+from .helpers import base_conf, drain, produce, timed
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +48,6 @@ def cluster() -> Iterator[EmbeddedKafka]:
             k.resume()
         k.close()
 
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.monotonic()
-    try:
-        return time.monotonic() - started, fn()
-    except KafkaException as exc:
-        return time.monotonic() - started, exc
 
 
 def _catching_up(cluster: EmbeddedKafka, group: str, **extra: Any) -> tuple[Consumer, str, Any]:
@@ -133,9 +126,11 @@ def test_planning_on_a_hung_broker_is_bounded(
 ):
     """assign() plans inside the call (a rebalance: inside poll()): one budget for all of
     its round trips; the partition then resumes at its committed offset, skipping nothing."""
+    import fastrebalance._consumer
     import fastrebalance._planner as planner
 
-    monkeypatch.setattr(planner, "PLAN_BUDGET_S", 3.0)
+    monkeypatch.setattr(planner, "PLAN_BUDGET_S", 3.0)  # the message of its error
+    monkeypatch.setattr(fastrebalance._consumer, "PLAN_BUDGET_S", 3.0)  # the budget
     monkeypatch.setattr(planner, "REQUEST_TIMEOUT_S", 1.0)
     bs = cluster.bootstrap_servers
     topic = f"bounds-plan-{unique_group}"
@@ -174,5 +169,99 @@ def test_close_of_a_subscribed_member_is_bounded(cluster: EmbeddedKafka, unique_
         elapsed, outcome = timed(c.close)
         print(f"\nclose() of a member on a hung broker: {elapsed:.2f}s")
         assert outcome is None and elapsed < _REVOKE_WAIT_S + 2 * S + SLACK, (elapsed, outcome)
+    finally:
+        cluster.resume()
+
+
+def test_an_unplanned_partition_claims_only_what_its_primary_handed_out(
+    cluster: EmbeddedKafka, unique_group: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Repro adv3-01: a partition assigned at the application's own logical start while
+    the broker hangs past the planning budget is not planned (its token cannot be read).
+    Its primary's stream begins at its first record, not at 0: a commit of that record
+    must not claim, and so erase, the backlog still pending in the group's token."""
+    import fastrebalance._consumer
+    import fastrebalance._planner as planner
+    from fastrebalance._planning import restore
+
+    from .helpers import group_metadata
+
+    monkeypatch.setattr(planner, "PLAN_BUDGET_S", 3.0)  # the message of its error
+    monkeypatch.setattr(fastrebalance._consumer, "PLAN_BUDGET_S", 3.0)  # the budget
+    monkeypatch.setattr(planner, "REQUEST_TIMEOUT_S", 1.0)
+    bs = cluster.bootstrap_servers
+    a, topic, _ = _catching_up(cluster, unique_group)
+    a.commit(asynchronous=False)  # what was handed out: the fresh records, some backlog
+    a.close()
+    offset, metadata = group_metadata(bs, unique_group, topic)
+    pending = restore(offset, metadata, -1001, "").ledger().ranges.as_tuple()
+    assert pending, "the test needs a backlog left pending"
+    b = Consumer(base_conf(bs, unique_group, **{"socket.timeout.ms": int(S * 1000)}))
+    try:
+        cluster.pause()
+        try:
+            elapsed, outcome = timed(lambda: b.assign([TopicPartition(topic, 0, -1)]))  # END
+            assert outcome is None and elapsed < 3.0 + SLACK, (elapsed, outcome)
+        finally:
+            cluster.resume()
+        time.sleep(1.0)  # the primary resolves the log end before these are appended
+        produce(bs, topic, 5, start=3010)
+        (m,) = drain(b, lambda ms: len(ms) >= 1)
+        assert m.offset() >= 3010
+        b.commit(message=m, asynchronous=False)
+        offset, metadata = group_metadata(bs, unique_group, topic)
+        ledger = restore(offset, metadata, -1001, "").ledger()
+        print(f"\npending before {pending}; after committing {m.offset()}: "
+              f"offset {offset}, pending {ledger.ranges.as_tuple()}")
+        lost = [o for s, e in pending for o in range(s, e) if not ledger.unprocessed(o)]
+        assert not lost, f"{len(lost)} pending backlog records claimed: {lost[:5]}..."
+    finally:
+        b.close()
+
+
+def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: EmbeddedKafka):
+    """Repro adv3-02: under KIP-848 an assignment reaches a member that is not polling
+    (another member left); close() serves it while leaving and must not spend the
+    planning budget on a hung broker for partitions it gives back at once."""
+    from fastrebalance._consumer import _REVOKE_WAIT_S
+
+    bs = cluster.bootstrap_servers
+    group = f"g-close-plan-{time.monotonic_ns()}"
+    topic = f"bounds-close-plan-{group}"
+    cluster.create_topic(topic, 2)
+    produce(bs, topic, 50, partition=0)
+    produce(bs, topic, 50, partition=1)
+    conf = {"socket.timeout.ms": int(S * 1000), "group.protocol": "consumer"}
+    for key in ("session.timeout.ms", "heartbeat.interval.ms"):
+        conf[key] = None
+    members = []
+    served: list[tuple[str, list[int]]] = []
+    for _ in range(2):
+        settings = {k: v for k, v in base_conf(bs, group, **conf).items() if v is not None}
+        c = Consumer(settings)
+        c.subscribe(
+            [topic],
+            on_assign=lambda _c, ps: served.append(("assign", [p.partition for p in ps])),
+            on_revoke=lambda _c, ps: served.append(("revoke", [p.partition for p in ps])),
+        )
+        members.append(c)
+    a, b = members
+    deadline = time.monotonic() + 60
+    while not (len(a.assignment()) == 1 and len(b.assignment()) == 1):
+        assert time.monotonic() < deadline, (a.assignment(), b.assignment())
+        a.poll(0.05)
+        b.poll(0.05)
+    a_first = a.assignment()[0].partition
+    b.close()  # its partition goes back to a, which is not polling
+    time.sleep(10)  # KIP-848 heartbeats hand a the partition in the background
+    del served[:]
+    cluster.pause()
+    try:
+        elapsed, outcome = timed(a.close)
+        bound = _REVOKE_WAIT_S + 2 * S
+        print(f"\nclose() with an assignment queued, hung broker: {elapsed:.2f}s (bound {bound}s)"
+              f", served inside: {served}")
+        assert ("assign", [1 - a_first]) in served, "the test needs an assignment queued"
+        assert outcome is None and elapsed < bound + SLACK, (elapsed, outcome)
     finally:
         cluster.resume()

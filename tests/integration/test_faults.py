@@ -34,7 +34,7 @@ from fastrebalance._ranges import RangeSet
 from fastrebalance._token import GroupToken, decode_group_token, encode_group_token
 from fastrebalance.testing import EmbeddedKafka
 
-from .helpers import base_conf, drain, group_metadata, group_offsets, produce
+from .helpers import base_conf, drain, group_metadata, group_offsets, produce, timed
 
 pytestmark = pytest.mark.integration
 
@@ -376,14 +376,6 @@ def broker(own_cluster: EmbeddedKafka) -> Iterator[EmbeddedKafka]:
         if own_cluster.paused:
             own_cluster.resume()
         own_cluster.broker_up(1)
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.monotonic()
-    try:
-        return time.monotonic() - started, fn()
-    except Exception as exc:
-        return time.monotonic() - started, exc
 
 
 def test_broker_paused_commit_fails_in_bounded_time_and_close_returns(

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer as PlainConsumer
 
 from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .helpers import base_conf, drain, group_offsets, produce
+from .helpers import base_conf, drain, group_metadata, group_offsets, produce
 
 pytestmark = pytest.mark.integration
 
@@ -582,6 +582,28 @@ def test_offsets_commit_below_the_backlog_is_a_rewind(kafka_cluster, topic_facto
         c.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
         stored = group_offsets(bs, unique_group, topic)[0]
         assert stored <= 50, f"commit(offsets=50) not honoured as a rewind: group offset {stored}"
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mode", [False, True], ids=["confluent-kafka", "fastrebalance"])
+def test_store_offsets_rewind_and_metadata_are_what_commit_writes(
+    kafka_cluster, topic_factory, unique_group, mode
+):
+    """Repro adv3-03: with enable.auto.offset.store=false, store_offsets(offsets=[80]) then
+    store_offsets(offsets=[50, metadata]) is a rewind: the next bare commit() writes 50 and
+    that metadata, as librdkafka's stored offset does (both libraries, side by side)."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 200)
+    conf = base_conf(bs, unique_group, **{"enable.auto.offset.store": False})
+    c = Consumer({**conf, "enable.parallel.rebalance": mode})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        drain(c, lambda ms: len(ms) >= 100)
+        c.store_offsets(offsets=[TopicPartition(topic, 0, 80)])
+        c.store_offsets(offsets=[TopicPartition(topic, 0, 50, metadata="reprocess")])
+        c.commit(asynchronous=False)
+        assert group_metadata(bs, unique_group, topic) == (50, "reprocess")
     finally:
         c.close()
 

@@ -198,6 +198,31 @@ def test_auto_commit_forced_off_and_remembered(value, remembered: bool) -> None:
     assert settings_.auto_commit is remembered
 
 
+BOOL_SPELLINGS = [True, False, 1, 0, "true", "FALSE", "True", "t", "F", "1", "0",
+                  "yes", "no", "on", "off", " true", "2", 2, 1.0, None]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["enable.auto.commit", "enable.auto.offset.store"])
+@pytest.mark.parametrize("value", BOOL_SPELLINGS, ids=repr)
+def test_booleans_we_read_are_read_as_librdkafka_reads_them(key: str, value) -> None:
+    """Repro adv3-04: a boolean this library reads before librdkafka (it replaces the
+    feature) is accepted and refused exactly as confluent_kafka.Consumer does it, with the
+    same exception. Side by side, no broker needed."""
+    from confluent_kafka import Consumer as PlainConsumer
+
+    conf = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "log_level": 0, key: value}
+    try:
+        PlainConsumer(conf).close()
+        plain: type[Exception] | None = None
+    except KafkaException:
+        plain = KafkaException
+    if plain is None:
+        split_config(enabled(**{key: value}))
+    else:
+        with pytest.raises(plain, match="Expected bool value"):
+            split_config(enabled(**{key: value}))
+
+
 def test_commit_settings_are_carried_over() -> None:
     settings_, rest = split_config(
         enabled(**{"auto.commit.interval.ms": "250", "enable.auto.offset.store": "false"})
@@ -317,12 +342,6 @@ def test_child_config_default_client_id_and_custom_group() -> None:
     assert child["client.id"] == "rdkafka-catchup"
     assert child["group.id"] == "orders-backlog"
     assert "client.id" not in primary
-
-
-@pytest.mark.parametrize("value", ["maybe", "ture", ""])
-def test_invalid_enable_auto_commit_is_rejected_as_confluent_kafka_does(value: str) -> None:
-    with pytest.raises((ValueError, KafkaException), match=r"enable\.auto\.commit"):
-        split_config(enabled(**{"enable.auto.commit": value}))
 
 
 def test_child_fetch_queue_backoff_defaults_short_but_user_value_wins() -> None:

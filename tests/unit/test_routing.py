@@ -21,7 +21,7 @@ from fastrebalance._commits import Change, apply_change, group_write
 from fastrebalance._ledger import Ledger
 from fastrebalance._planning import Restored, plan_assignment, restore
 from fastrebalance._ranges import RangeSet
-from fastrebalance._routing import Claim, Epoch, History, Run
+from fastrebalance._routing import UNKNOWN_START, Claim, Epoch, History, Run
 from fastrebalance._token import (
     TokenError,
     decode_child_checkpoint,
@@ -240,7 +240,11 @@ class OnePartition(RuleBasedStateMachine):
         self.group = (gw.offset, gw.metadata)
 
     def ledger_for_commit(self) -> Ledger:
-        return self.ledger if self.assigned else self.restored().ledger()
+        if not self.assigned:
+            return self.restored().ledger()
+        if self.ledger is None:  # unplanned: the first commit reads the logs, and keeps them
+            self.ledger = self.restored().ledger()
+        return self.ledger
 
     # -- rules -------------------------------------------------------------------------------
     @rule(n=st.integers(1, 40), marker=st.booleans())
@@ -251,9 +255,26 @@ class OnePartition(RuleBasedStateMachine):
             self.log_end += 1
 
     @precondition(lambda self: not self.assigned)
-    @rule(explicit=st.one_of(st.none(), st.integers(0, 300)))
-    def assign(self, explicit: int | None) -> None:
+    @rule(explicit=st.one_of(st.none(), st.integers(-1, 300)), unplanned=st.booleans())
+    def assign(self, explicit: int | None, unplanned: bool = False) -> None:
+        """``explicit``: the application's own start (-1: OFFSET_END). ``unplanned``: the
+        logs could not be read (a hung broker): no ledger until the first commit reads
+        one, no child, and the primary starts where librdkafka puts it."""
         r = self.restored()
+        if unplanned:
+            if explicit is None:  # the committed offset, else auto.offset.reset=earliest
+                self.p_next = r.position if r.position is not None else 0
+            else:
+                self.p_next = self.log_end if explicit < 0 else min(explicit, self.log_end)
+            start = self.p_next if explicit is not None and explicit >= 0 else UNKNOWN_START
+            self.ledger = None
+            self.epoch = self.history.begin(start, start)
+            self.epochs += 1
+            self.cursor = None
+            self.assigned = True
+            return
+        if explicit is not None and explicit < 0:
+            explicit = self.log_end
         requested = -1001 if explicit is None else min(explicit, self.log_end)
         plan = plan_assignment(r, 0, self.log_end, self.threshold, requested)
         self.ledger = plan.ledger
@@ -302,6 +323,7 @@ class OnePartition(RuleBasedStateMachine):
                 self.p_next += 1
             if self.p_next >= self.log_end:
                 return
+            self.epoch.resolve(self.p_next)  # an unplanned run starts at its first record
             self.deliveries.append((self.p_next, "p", self.epochs))
             self.done.append(False)
             self.p_next += 1
@@ -384,7 +406,7 @@ class OnePartition(RuleBasedStateMachine):
                 self.observe()
                 claims = self.epoch.handed_claims()
                 if claims:
-                    self.write(self.ledger, Change(claims))
+                    self.write(self.ledger_for_commit(), Change(claims))
             return
         i = self.eligible(pick, same_stream=kind == "message")
         if i is None:
@@ -493,7 +515,7 @@ class OnePartition(RuleBasedStateMachine):
         r = self.restored()
         if r.position is not None:
             self.assert_true(claimed(r.ledger()), "a restart")
-        if self.assigned and self.ledger.position is not None:
+        if self.assigned and self.ledger is not None and self.ledger.position is not None:
             self.assert_true(claimed(self.ledger), "the ledger in memory")
 
     @invariant()
