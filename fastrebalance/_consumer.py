@@ -271,7 +271,9 @@ class Consumer:
         # The hot path's one check: True while no range is being read and no auto-commit
         # is due. Set by this thread; cleared by the auto-commit timer's thread too (a
         # bool store: it only ever sends the next call down the slow path).
-        self._steady = True
+        # Exactly-once stays off it: an abort goes back to the first record of a partition
+        # that never committed, and only the slow path sees every first record.
+        self._steady = not self._settings.transactional
         self._due = False
         self._timer: threading.Timer | None = None
         self._primary_poll = self._primary.poll
@@ -597,6 +599,8 @@ class Consumer:
         """Plan each partition (unless the application chose its offset), hand the
         starts to the primary, open the partitions' epochs, start the child's ranges."""
         assert self._child is not None
+        if incremental:
+            self._refuse_as_librdkafka(partitions, assigned=True)
         readings = self._read(list(partitions))
         plans: dict[Key, Plan | None] = {}
         starts = []
@@ -610,7 +614,6 @@ class Consumer:
         # primary handed out is read while it still has the partitions. A partition
         # assigned again starts a new epoch; one assign() drops is retired.
         if incremental:
-            self._retire([k for k in plans if k in self._assigned])
             self._primary.incremental_assign(starts)
         else:
             self._retire(list(self._assigned))
@@ -629,7 +632,19 @@ class Consumer:
                 if start == UNKNOWN_START:
                     self._unresolved.add(key)
                 continue
-            epoch = history.begin(plan.floor, plan.run_start)
+            if (
+                self._settings.transactional
+                and plan.ledger.position is None
+                and (plan.start is None or plan.start < 0)
+            ):
+                # Nothing committed, the primary starts where auto.offset.reset puts it:
+                # its first record says where, which an abort must go back to (nothing
+                # else needs it: a first commit defines the group's offset whatever the
+                # start, so other modes keep the hot path meanwhile).
+                epoch = history.begin(UNKNOWN_START, UNKNOWN_START)
+                self._unresolved.add(key)
+            else:
+                epoch = history.begin(plan.floor, plan.run_start)
             self._assigned[key] = _Assigned(plan.ledger, epoch)
             first = plan.ledger.ranges.first()
             if first is not None and plan.run_start > first:
@@ -644,10 +659,25 @@ class Consumer:
             )
             if self._settings.transactional:
                 self._txn_retire.update({_key(tp): tp for tp in retired})
+        self._note_stale_positions(list(plans))
         if self._in_rebalance:
             self._assigned_in_callback = True
         self._recheck()
         self._publish()
+
+    def _note_stale_positions(self, keys: list[Key]) -> None:
+        """Right after assign(), librdkafka's position() may still report where the
+        partition's previous assignment had got to (seen with plain confluent-kafka too):
+        nothing of the new assignment was handed out yet, so any position now is that
+        one, and observing it later must not credit the new run with it."""
+        try:
+            tps = self._primary.position([TopicPartition(*k) for k in keys])
+        except (KafkaException, RuntimeError):
+            return
+        for tp in tps:
+            a = self._assigned.get(_key(tp))
+            if a is not None and tp.offset >= 0:
+                a.epoch.live.stale = tp.offset
 
     # -------------------------------------------------------- assignment API
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -668,6 +698,7 @@ class Consumer:
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
+        self._refuse_as_librdkafka(partitions, assigned=False)
         keys = [_key(tp) for tp in partitions]
         if self._settings.auto_commit:
             self._auto_commit(keys)
@@ -676,6 +707,25 @@ class Consumer:
 
     def assignment(self) -> list[TopicPartition]:
         return self._primary.assignment()
+
+    def _refuse_as_librdkafka(self, partitions: list[TopicPartition], assigned: bool) -> None:
+        """librdkafka refuses a whole incremental (un)assign that adds a partition already
+        assigned, or removes one that is not, and leaves its assignment unchanged. The
+        refusal must come before anything here changes (a partition retired while
+        librdkafka keeps it would stop its catch-up and drop its commits), with the same
+        error."""
+        current = {(tp.topic, tp.partition) for tp in self._primary.assignment()}
+        for tp in partitions:
+            if ((tp.topic, tp.partition) in current) is assigned:
+                what = (
+                    (KafkaError._CONFLICT, "is already part of the current assignment")
+                    if assigned
+                    else (
+                        KafkaError._INVALID_ARG,
+                        "can't be unassigned since it is not in the current assignment",
+                    )
+                )
+                raise KafkaException(KafkaError(what[0], f"{tp.topic} [{tp.partition}] {what[1]}"))
 
     # -------------------------------------------------------------- reading
     def poll(self, timeout: float | None = None) -> Message | None:
@@ -862,14 +912,20 @@ class Consumer:
             a = self._assigned.get(key)
             if a is None:
                 continue
+            live = a.epoch.live
+            if live.stale is not None:
+                if tp.offset == live.stale:
+                    tp.offset = -1001  # the previous assignment's: nothing known of this one
+                else:
+                    live.stale = None  # this run's own positions from here on
             if tp.offset < 0:
                 if leaving:
-                    a.epoch.live.widen(self._fetched_up_to(key))
+                    live.widen(self._fetched_up_to(key))
                 continue  # nothing consumed yet: nothing handed out
             if self._untrusted_position:
-                a.epoch.live.widen(tp.offset)
+                live.widen(tp.offset)
             else:
-                a.epoch.live.advance(tp.offset)
+                live.advance(tp.offset)
 
     def _fetched_up_to(self, key: Key) -> int | None:
         """An upper bound of what the primary fetched: the log end it last saw."""
@@ -1219,32 +1275,41 @@ class Consumer:
             producer.abort_transaction(timeout)
         self._txn = None
         if self._child is None:
+            # As Apache Kafka's exactly-once example: back to the committed offsets, and
+            # to the beginning where the group never committed (where this consumer began
+            # is not recorded with the mode off).
             tps = self._primary.committed(self._primary.assignment(), timeout=30.0)
             for tp in tps:
-                if tp.offset >= 0:
-                    self._primary.seek(tp)
+                if tp.offset < 0:
+                    tp.offset = OFFSET_BEGINNING
+                self._primary.seek(tp)
             return
         self._rewind_to_ledgers()
 
     def _rewind_to_ledgers(self) -> None:
         """Deliver again what the ledgers do not count processed (an aborted or lost
         transaction): the primary from its ledger's position, the child from the first
-        pending piece."""
+        pending piece. With nothing committed (or the logs unread), the primary goes back
+        to its first record of this assignment: nothing before it was handed out."""
         assert self._child is not None
         keys = list(self._assigned)
         self._observe(keys)
         for key in keys:
             a = self._assigned[key]
-            if a.ledger is None or a.ledger.position is None:
-                continue
+            if a.ledger is not None and a.ledger.position is not None:
+                target = a.ledger.position
+            else:
+                target = a.epoch.primary[0].start
+                if target == UNKNOWN_START:
+                    continue  # no record yet: nothing to deliver again
             try:
-                self.seek(_tp(key, a.ledger.position))
+                self.seek(_tp(key, target))
             except KafkaException as exc:
                 # revoked meanwhile (the rebalance is served by the next poll): the next
                 # owner starts from the committed logs anyway
                 log.info("%s [%d]: not sought back after the abort: %s", *key, exc)
                 continue
-            if a.ledger.ranges:
+            if a.ledger is not None and a.ledger.ranges:
                 self._child.start(key, a.ledger, a.epoch)
         self._recheck()
 
@@ -1273,6 +1338,10 @@ class Consumer:
         path reads no clock; the next poll()/consume() then takes the slow path."""
         if not self._settings.auto_commit or self._closed:
             return
+        if self._settings.auto_commit_interval_s <= 0:
+            # librdkafka: "0 = disable" the periodic commit; those on revoke, unassign()
+            # and close() remain
+            return
         timer = threading.Timer(self._settings.auto_commit_interval_s, self._mark_due)
         timer.daemon = True
         timer.name = "fastrebalance-auto-commit"
@@ -1288,7 +1357,7 @@ class Consumer:
         """Whether the next call may take the hot path (this thread, after anything that
         may start or end a catch-up). ``_steady`` is written before ``_due`` is read, so
         a timer firing meanwhile always leaves it False."""
-        self._steady = not self._reading and not self._unresolved
+        self._steady = not (self._reading or self._unresolved or self._settings.transactional)
         if self._due:
             self._steady = False
 

@@ -75,13 +75,17 @@ class Run:
     was handed out); a record is looked up up to ``bound`` (what may have been).
     """
 
-    __slots__ = ("bound", "last", "next", "start")
+    __slots__ = ("bound", "last", "next", "stale", "start")
 
     def __init__(self, start: int) -> None:
         self.start = start
         self.next = start
         self.bound: int | None = start
         self.last: int | None = None
+        #: the position librdkafka still reported from the partition's previous
+        #: assignment when this run began (it lags an assign() for a moment): not a
+        #: position of this run, so observing it says nothing
+        self.stale: int | None = None
 
     def __repr__(self) -> str:
         return f"Run({self.start}, {self.next}, bound={self.bound}, last={self.last})"

@@ -720,3 +720,94 @@ def test_stats_cb_gets_the_primary_statistics_only(kafka_cluster, topic_factory,
     clients = sorted({r.get("client_id") for r in reports})
     assert clients == ["safety-app"], f"stats_cb received statistics of {clients}"
     assert all("fastrebalance" in r for r in reports)
+
+
+# ------------------------------------------------ adversary round 4
+def test_a_bare_commit_right_after_a_reassignment_claims_nothing_of_the_backlog(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Repro adv4-02: right after assign() of a partition already assigned, librdkafka's
+    position() sometimes still reports the previous assignment's position. A bare commit
+    at that moment must not credit the new assignment (started at OFFSET_BEGINNING) with
+    it: that claimed the child's unread backlog. A race: repeated for up to 25 rounds
+    (before the fix it hit within about 10)."""
+    from confluent_kafka import OFFSET_BEGINNING
+
+    from fastrebalance._planning import restore
+
+    from .helpers import group_metadata
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 3000)
+    _crash_with_committed(bs, unique_group, topic, {0: 0})
+    c = Consumer(base_conf(bs, unique_group))
+    produced, handed = 3000, set()
+    deadline = time.monotonic() + 25
+    try:
+        for _ in range(25):
+            if time.monotonic() > deadline:
+                break
+            c.assign([TopicPartition(topic, 0)])  # plans: primary at the end, child from 0
+            start = produced
+            produce(bs, topic, 300, start=produced)
+            produced += 300
+            got = drain(c, lambda ms, s=start: sum(m.offset() >= s for m in ms) >= 50)
+            handed |= {m.offset() for m in got}
+            c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+            try:
+                c.commit(asynchronous=False)  # nothing of this assignment was handed out
+            except KafkaException as exc:
+                assert exc.args[0].code() == KafkaError._NO_OFFSET, exc
+                continue
+            offset, metadata = group_metadata(bs, unique_group, topic)
+            ledger = restore(offset, metadata, -1001, "").ledger()
+            wrong = [o for o in range(start) if not ledger.unprocessed(o) and o not in handed]
+            assert not wrong, f"{len(wrong)} records never handed out claimed: {wrong[:5]}"
+    finally:
+        c.close()
+
+
+def test_a_refused_incremental_assign_or_unassign_changes_nothing(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Repro adv4-04: librdkafka refuses incremental_assign() of a partition already
+    assigned (and incremental_unassign() of one that is not) and keeps its assignment; so
+    must we, with the same error, before retiring anything: the catch-up goes on."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 3000)
+    _crash_with_committed(bs, unique_group, topic, {0: 0})
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.incremental_assign([TopicPartition(topic, 0)])
+        assert c.catchup_status(), "precondition: a catch-up of [0, 3000)"
+        with pytest.raises(KafkaException) as refused:
+            c.incremental_assign([TopicPartition(topic, 1), TopicPartition(topic, 0)])
+        assert refused.value.args[0].code() == KafkaError._CONFLICT
+        with pytest.raises(KafkaException) as refused:
+            c.incremental_unassign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        assert refused.value.args[0].code() == KafkaError._INVALID_ARG
+        assert [(tp.topic, tp.partition) for tp in c.assignment()] == [(topic, 0)]
+        got = drain(c, lambda ms: len({m.offset() for m in ms}) >= 3000)
+        assert {m.offset() for m in got} == set(range(3000)), "the catch-up stopped"
+        c.commit(asynchronous=False)
+        assert group_offsets(bs, unique_group, topic)[0] == 3000
+    finally:
+        c.close()
+
+
+def test_auto_commit_interval_zero_disables_the_periodic_commit(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Repro adv4-03: auto.commit.interval.ms=0 is librdkafka's "0 = disable": no commit
+    while polling, as confluent-kafka; close() still commits what was handed out."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 200)
+    conf = {"enable.auto.commit": True, "auto.commit.interval.ms": 0}
+    c = Consumer(base_conf(bs, unique_group, **conf))
+    c.assign([TopicPartition(topic, 0, 0)])
+    drain(c, lambda ms: len(ms) >= 200)
+    for _ in range(10):
+        c.poll(0.05)
+    assert group_offsets(bs, unique_group, topic)[0] == OFFSET_INVALID
+    c.close()
+    assert group_offsets(bs, unique_group, topic)[0] == 200

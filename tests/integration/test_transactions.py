@@ -175,6 +175,36 @@ def test_an_abort_delivers_again_what_the_transaction_held(
         c.close()
 
 
+@pytest.mark.parametrize("mode", [True, False], ids=["mode-on", "mode-off"])
+def test_an_abort_in_a_group_that_never_committed_delivers_the_batch_again(
+    kafka_cluster, topic_factory, unique_group, mode
+):
+    """Repro adv4-01: a new pipeline (its group never committed) aborts its first
+    transaction: the aborted records come again, and the next transaction's offset for
+    the group does not pass them. Mode on: back to this assignment's first record; mode
+    off: back to the beginning, as Apache Kafka's exactly-once example does."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 20)
+    conf = base_conf(bs, unique_group, **EOS, **{"enable.parallel.rebalance": mode})
+    c = Consumer(conf)
+    producer = _producer(bs)
+    try:
+        c.subscribe([topic])
+        first = drain(c, lambda ms: len(ms) >= 10)[:10]
+        assert [m.offset() for m in first] == list(range(10))
+        producer.begin_transaction()
+        c.send_offsets_to_transaction(producer, first)
+        c.abort_transaction(producer)
+        again = drain(c, lambda ms: len(ms) >= 10)[:10]
+        assert [m.offset() for m in again] == list(range(10)), "the aborted batch is lost"
+        producer.begin_transaction()
+        c.send_offsets_to_transaction(producer, again)
+        c.commit_transaction(producer)
+        assert [(tp.partition, tp.offset) for tp in producer.sent[-1]] == [(0, 10)]
+    finally:
+        c.close()
+
+
 def test_partitions_that_left_and_a_mode_without_transactions_are_refused(
     kafka_cluster, topic_factory, unique_group
 ):
