@@ -345,10 +345,25 @@ def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
         live.extend(Slice(topic, partition, a, b, False) for a, b in spans)
         for a, b in drained:
             backlog.extend(
-                Slice(topic, partition, c, min(c + chunk_size, b), True)
-                for c in range(a, b, chunk_size)
+                Slice(topic, partition, c, d, True) for c, d in _even_chunks(a, b, chunk_size)
             )
     return live + backlog
+
+
+def _even_chunks(start: int, end: int, chunk_size: int) -> Iterable[tuple[int, int]]:
+    """``[start, end)`` in as few chunks of at most ``chunk_size`` as possible, sized alike.
+
+    Cutting at multiples of ``chunk_size`` left a remainder chunk of a few records whenever a
+    range was a little over a multiple (a restart backlog always is: it ends where the live
+    records began), and each such crumb costs a whole Spark task.
+    """
+    count = -(-(end - start) // chunk_size)
+    base, extra = divmod(end - start, count)
+    at = start
+    for i in range(count):
+        size = base + (i < extra)
+        yield at, at + size
+        at += size
 
 
 def pack_tasks(slices: Iterable[Slice], max_records: int) -> list[tuple[Slice, ...]]:

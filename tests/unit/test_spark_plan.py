@@ -115,9 +115,24 @@ def test_backlog_is_drained_in_chunks_round_robin_under_the_budget() -> None:
     assert slices == [
         Slice(T, 0, 0, 200, True),
         Slice(T, 0, 200, 400, True),
-        Slice(T, 1, 0, 200, True),
-        Slice(T, 1, 200, 300, True),
+        Slice(T, 1, 0, 150, True),  # 300 records in two chunks of at most 200: alike
+        Slice(T, 1, 150, 300, True),
     ]
+
+
+def test_a_backlog_just_over_a_chunk_multiple_leaves_no_crumb_task() -> None:
+    # A restart backlog ends where the live records began, so it is rarely a round number:
+    # 100,030 records in chunks of 25,000 must be 5 tasks of ~20,006, not 4 full ones and a
+    # fifth task of 30 records that costs as much as a full one.
+    start = {(T, 0): pos(100_030, (0, 100_030))}
+    end = {(T, 0): pos(100_030)}
+    sizes = [s.size for s in plan_slices(start, end, chunk_size=25_000)]
+    assert sizes == [20_006] * 5
+    slices = plan_slices(start, end, chunk_size=25_000)
+    assert [(a.end, b.start) for a, b in zip(slices, slices[1:])] == [
+        (a.end, a.end) for a in slices[:-1]
+    ]
+    assert [s.size for s in plan_slices(start, end, chunk_size=200_000)] == [100_030]
 
 
 def test_small_live_spans_share_a_task_backlog_chunks_do_not() -> None:
