@@ -37,6 +37,7 @@ __all__ = [
     "decode_offset",
     "detect_restart",
     "encode_offset",
+    "next_catchup_budget",
     "offset_json",
     "pack_tasks",
     "pending_count",
@@ -301,6 +302,32 @@ def _drain(pendings: Mapping[TopicPartitionKey, RangeSet], budget: int, chunk_si
             if rs:
                 still.append(tp)
         order = still
+
+
+#: How much the adaptive backlog budget may grow from one batch to the next. A batch's duration
+#: is measured on a shared machine; one short measurement should not blow up the next batch.
+BUDGET_GROWTH = 4
+
+
+def next_catchup_budget(
+    budget: int, drained: int, seconds: float, target_s: float, floor: int
+) -> int:
+    """The backlog budget for the next batch, scaled from what the last one cost.
+
+    Every micro-batch has a fixed cost (scheduling, the sink's commit, the offset log) of
+    about a second on a small cluster, so a budget fixed in records either wastes most of
+    each batch on that cost (a large cluster, a cheap job) or holds the live stream back for
+    long (a small cluster, an expensive job). Scaling by duration aims every backlog batch at
+    ``target_s``: the fixed cost stays a small share of it, and the live records in the batch
+    are at most about that old. Only a batch that used its whole budget says how fast the
+    backlog reads; the remainder of a backlog says nothing. Growth is capped per batch,
+    shrinking is not: a too-large batch delays the live stream, a too-small one only costs a
+    little extra time.
+    """
+    if drained < budget or seconds <= 0:
+        return budget
+    scaled = int(drained * target_s / seconds)
+    return max(floor, min(scaled, budget * BUDGET_GROWTH))
 
 
 # -- reading a planned batch back out ----------------------------------------------------------
