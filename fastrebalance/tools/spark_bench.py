@@ -38,8 +38,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 MODES: dict[str, dict[str, str]] = {
     # KIP-333 catch-up with the default budgets
     "catchup": {},
-    # the defaults before issue 13: 100,000 backlog records per batch, whatever the batch costs
-    "catchup-100k": {"catchup.maxOffsetsPerTrigger": "100000"},
+    # the defaults before issue 13: 100,000 backlog records per batch, whatever the batch costs,
+    # in tasks of 25,000
+    "catchup-100k": {"catchup.maxOffsetsPerTrigger": "100000", "catchup.chunkSize": "25000"},
+    # the adaptive budget with the task size before issue 13: the cost of many small tasks
+    "catchup-25k-tasks": {"catchup.chunkSize": "25000"},
     # a smaller backlog budget per batch: live records wait less, the backlog takes longer
     "catchup-40k": {"catchup.maxOffsetsPerTrigger": "40000", "catchup.chunkSize": "10000"},
     # Spark's usual in-order reading, no limit: the first batch after restart is the backlog
