@@ -229,8 +229,13 @@ def _read_one(
     first = True
     waited_since = time.monotonic()
     done = False
+    expected = sl.start  # the next offset the slice still needs
     while not done:
-        msgs = consumer.consume(min(batch_rows, sl.size, 10_000), timeout=0.5)
+        # Never ask for more than the slice still holds: consume() returns only once it has
+        # as many messages as asked for, or at the timeout. Asking for 8192 at the tail of a
+        # log (a live span, a backlog chunk that ends at the restart point) waited the whole
+        # 0.5 s in every such task; the records left, or partition EOF, now fill the request.
+        msgs = consumer.consume(min(batch_rows, sl.end - expected, 10_000), timeout=0.5)
         if not msgs:
             if time.monotonic() - waited_since > options.poll_timeout_s:
                 raise TimeoutError(
@@ -260,6 +265,7 @@ def _read_one(
             if first and offset > sl.start:
                 _check_start_deleted(consumer, tp, sl, offset, options)
             first = False
+            expected = offset + 1
             ts_type, ts = m.timestamp()
             cols.keys.append(m.key())
             cols.values.append(m.value())

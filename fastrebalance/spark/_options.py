@@ -18,12 +18,21 @@ __all__ = ["OPTIONS", "SourceOptions", "StartingOffsets", "parse_options"]
 #: the consumer's default (1000): a Spark micro-batch has about a second of fixed cost, so a
 #: backlog of a few thousand records is cheaper to replay in order than to skip and revisit.
 DEFAULT_THRESHOLD = 10_000
-#: Backlog records per catch-up task. Large enough that a task's fixed cost (a consumer, a
-#: fetch round trip) is amortized, small enough that a 2-core machine gets several tasks.
-DEFAULT_CHUNK_SIZE = 25_000
-#: Backlog records per micro-batch: four chunks, so a batch with backlog work stays around a
-#: second on a small cluster, and fresh records never wait longer than that.
-DEFAULT_CATCHUP_BUDGET = 100_000
+#: Backlog records per catch-up task, at most. A task costs far more than its Kafka reads: a
+#: job that parses and writes parquet spent ~0.2 s of a core per task on the Spark side (a
+#: file, a commit, a cached block per input partition), so 500,000 records in 24 tasks took
+#: 1.3x as long as in 4. Large chunks keep that a small share; a batch still gets about one
+#: task per partition with backlog, as Spark's Kafka source reads a live span.
+DEFAULT_CHUNK_SIZE = 150_000
+#: Backlog records in the first batch that reads backlog, when catchup.maxOffsetsPerTrigger is
+#: not set; later batches are sized by duration (DEFAULT_TARGET_BATCH_MS). Nothing has been
+#: measured yet at that point, so it is a guess: about the target's worth on a 2-core machine
+#: with a light job. Much smaller wastes batches (each has a fixed cost of about a second:
+#: with 100,000 the drain took twice as long as reading the backlog in order).
+FIRST_CATCHUP_BUDGET = 500_000
+#: What the adaptive backlog budget aims a batch at: long enough that a batch's fixed cost is
+#: a small share of it, short enough that the live records sharing it stay reasonably fresh.
+DEFAULT_TARGET_BATCH_MS = 10_000
 #: How long cached watermarks are trusted: latestOffset() is called every ~10 ms while idle.
 DEFAULT_WATERMARK_CACHE_MS = 100
 #: How long the first batch after a restart may wait for a live record (see _source.py).
@@ -52,8 +61,14 @@ OPTIONS: dict[str, tuple[str, str]] = {
         "a partition's lag at restart (records) above which its backlog is skipped",
     ),
     "catchup.maxOffsetsPerTrigger": (
-        str(DEFAULT_CATCHUP_BUDGET),
-        "backlog records per micro-batch, on top of maxOffsetsPerTrigger",
+        "(adaptive)",
+        "backlog records per micro-batch, on top of maxOffsetsPerTrigger; unset, the first"
+        f" backlog batch takes up to {FIRST_CATCHUP_BUDGET} and later ones are sized by"
+        " catchup.targetBatchDurationMs",
+    ),
+    "catchup.targetBatchDurationMs": (
+        str(DEFAULT_TARGET_BATCH_MS),
+        "how long a backlog batch should take, when catchup.maxOffsetsPerTrigger is not set",
     ),
     "catchup.chunkSize": (
         str(DEFAULT_CHUNK_SIZE),
@@ -104,7 +119,8 @@ class SourceOptions:
     poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_MS / 1000
     catchup_enabled: bool = True
     catchup_threshold: int = DEFAULT_THRESHOLD
-    catchup_budget: int = DEFAULT_CATCHUP_BUDGET
+    catchup_budget: int | None = None  # None: adaptive, see _plan.next_catchup_budget
+    target_batch_s: float = DEFAULT_TARGET_BATCH_MS / 1000
     chunk_size: int = DEFAULT_CHUNK_SIZE
     first_batch_wait_s: float = DEFAULT_FIRST_BATCH_WAIT_MS / 1000
     watermark_cache_s: float = DEFAULT_WATERMARK_CACHE_MS / 1000
@@ -201,9 +217,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             if name in _FORBIDDEN_KAFKA:
                 raise ValueError(f"option {key} is not supported: {_FORBIDDEN_KAFKA[name]}")
             kafka[name] = value
-    catchup_budget = _int(opts, "catchup.maxOffsetsPerTrigger", DEFAULT_CATCHUP_BUDGET, 1)
     chunk_size = _int(opts, "catchup.chunkSize", DEFAULT_CHUNK_SIZE, 1)
-    assert catchup_budget is not None and chunk_size is not None
+    target_ms = _int(opts, "catchup.targetBatchDurationMs", DEFAULT_TARGET_BATCH_MS, 1)
+    assert chunk_size is not None and target_ms is not None
     return SourceOptions(
         topics=topics,
         kafka=kafka,
@@ -214,7 +230,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         / 1000,
         catchup_enabled=_bool(opts, "catchup.enabled", True),
         catchup_threshold=_int(opts, "catchup.threshold", DEFAULT_THRESHOLD, 0) or 0,
-        catchup_budget=catchup_budget,
+        catchup_budget=_int(opts, "catchup.maxOffsetsPerTrigger", None, 1),
+        target_batch_s=target_ms / 1000,
         chunk_size=chunk_size,
         first_batch_wait_s=(
             _int(opts, "catchup.firstBatchWaitMs", DEFAULT_FIRST_BATCH_WAIT_MS, 0) or 0

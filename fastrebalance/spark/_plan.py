@@ -37,6 +37,7 @@ __all__ = [
     "decode_offset",
     "detect_restart",
     "encode_offset",
+    "next_catchup_budget",
     "offset_json",
     "pack_tasks",
     "pending_count",
@@ -303,6 +304,32 @@ def _drain(pendings: Mapping[TopicPartitionKey, RangeSet], budget: int, chunk_si
         order = still
 
 
+#: How much the adaptive backlog budget may grow from one batch to the next. A batch's duration
+#: is measured on a shared machine; one short measurement should not blow up the next batch.
+BUDGET_GROWTH = 4
+
+
+def next_catchup_budget(
+    budget: int, drained: int, seconds: float, target_s: float, floor: int
+) -> int:
+    """The backlog budget for the next batch, scaled from what the last one cost.
+
+    Every micro-batch has a fixed cost (scheduling, the sink's commit, the offset log) of
+    about a second on a small cluster, so a budget fixed in records either wastes most of
+    each batch on that cost (a large cluster, a cheap job) or holds the live stream back for
+    long (a small cluster, an expensive job). Scaling by duration aims every backlog batch at
+    ``target_s``: the fixed cost stays a small share of it, and the live records in the batch
+    are at most about that old. Only a batch that used its whole budget says how fast the
+    backlog reads; the remainder of a backlog says nothing. Growth is capped per batch,
+    shrinking is not: a too-large batch delays the live stream, a too-small one only costs a
+    little extra time.
+    """
+    if drained < budget or seconds <= 0:
+        return budget
+    scaled = int(drained * target_s / seconds)
+    return max(floor, min(scaled, budget * BUDGET_GROWTH))
+
+
 # -- reading a planned batch back out ----------------------------------------------------------
 @dataclass(frozen=True)
 class Slice:
@@ -345,10 +372,25 @@ def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
         live.extend(Slice(topic, partition, a, b, False) for a, b in spans)
         for a, b in drained:
             backlog.extend(
-                Slice(topic, partition, c, min(c + chunk_size, b), True)
-                for c in range(a, b, chunk_size)
+                Slice(topic, partition, c, d, True) for c, d in _even_chunks(a, b, chunk_size)
             )
     return live + backlog
+
+
+def _even_chunks(start: int, end: int, chunk_size: int) -> Iterable[tuple[int, int]]:
+    """``[start, end)`` in as few chunks of at most ``chunk_size`` as possible, sized alike.
+
+    Cutting at multiples of ``chunk_size`` left a remainder chunk of a few records whenever a
+    range was a little over a multiple (a restart backlog always is: it ends where the live
+    records began), and each such crumb costs a whole Spark task.
+    """
+    count = -(-(end - start) // chunk_size)
+    base, extra = divmod(end - start, count)
+    at = start
+    for i in range(count):
+        size = base + (i < extra)
+        yield at, at + size
+        at += size
 
 
 def pack_tasks(slices: Iterable[Slice], max_records: int) -> list[tuple[Slice, ...]]:

@@ -34,7 +34,7 @@ from pyspark.sql.types import (
 )
 
 from ._kafka import OffsetFetcher, read_slices
-from ._options import SourceOptions, parse_options
+from ._options import FIRST_CATCHUP_BUDGET, SourceOptions, parse_options
 from ._plan import (
     Marks,
     PartitionPosition,
@@ -43,6 +43,7 @@ from ._plan import (
     decode_offset,
     detect_restart,
     encode_offset,
+    next_catchup_budget,
     pack_tasks,
     pending_count,
     plan_end,
@@ -52,6 +53,10 @@ from ._plan import (
 __all__ = ["SCHEMA", "FastRebalanceDataSource", "FastRebalanceStreamReader", "KafkaSlicePartition"]
 
 log = logging.getLogger("fastrebalance.spark")
+
+#: A backlog at most this share above the adaptive budget is read in one batch (see
+#: FastRebalanceStreamReader._batch_budget).
+TAIL_SHARE = 0.25
 
 SCHEMA = StructType(
     [
@@ -102,6 +107,10 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._restart_ends: dict[TopicPartitionKey, int] | None = None
         self._target: dict[TopicPartitionKey, int] | None = None
         self._restart_at = 0.0
+        self._budget = options.catchup_budget or FIRST_CATCHUP_BUDGET
+        # The last batch planned with backlog: (its end, when it was planned, backlog records
+        # it drains, the budget it had), until its duration is known.
+        self._timing: tuple[dict[str, Any], float, int, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need the options only; the driver's caches stay on the driver.
@@ -140,6 +149,7 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._target = {tp: m.high for tp, m in self._fetcher.marks(refresh=True).items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._adapt_budget(start)
         begin = decode_offset(start)
         first_call = self._restart_ends is None
         marks = self._fetcher.marks(refresh=first_call)
@@ -151,12 +161,13 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if first_call:
             self._restart_ends = self._decide_restart(start, begin, marks)
             self._restart_at = time.monotonic()
+        budget = self._batch_budget(begin)
         plan = plan_end(
             begin,
             marks,
             restart_ends=self._restart_ends,
             fresh_limit=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
-            catchup_budget=self.options.catchup_budget,
+            catchup_budget=budget,
             chunk_size=self.options.chunk_size,
             target=self._target,
         )
@@ -178,7 +189,54 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 b,
             )
         end = encode_offset(plan.end)
-        return start if end == start else end
+        if end == start:
+            return start
+        drained = pending_count(begin) - pending_count(plan.end)
+        if drained > 0 and not plan.restarted:
+            self._timing = (end, time.monotonic(), drained, budget)
+        return end
+
+    def _batch_budget(self, begin: dict[TopicPartitionKey, PartitionPosition]) -> int:
+        """The adaptive budget, stretched to take a small remainder along.
+
+        A backlog a little over the budget would otherwise leave a tail of a few records for
+        one more batch, which costs a whole batch's fixed cost for nothing. A budget the user
+        set is a cap and is kept exactly.
+        """
+        if self.options.catchup_budget is not None:
+            return self.options.catchup_budget
+        left = pending_count(begin)
+        return left if self._budget < left <= self._budget * (1 + TAIL_SHARE) else self._budget
+
+    def _adapt_budget(self, start: dict[str, Any]) -> None:
+        """Size the next backlog batch by how long the last one took (unless the user fixed it).
+
+        Spark plans the next batch only once the previous one has run and committed, so the
+        time from planning a batch to the next call that starts at its end is that batch's
+        duration, as the live stream sees it. A batch's end is decided here, before Spark logs
+        it, so a budget that depends on timing keeps every batch a pure function of its
+        logged offsets: a replay after a crash reads the logged batch, whatever the budget.
+        """
+        if self._timing is None or self.options.catchup_budget is not None:
+            return
+        end, planned_at, drained, budget = self._timing
+        if start != end:
+            return
+        self._timing = None
+        seconds = time.monotonic() - planned_at
+        self._budget = next_catchup_budget(
+            budget, drained, seconds, self.options.target_batch_s, self.options.chunk_size
+        )
+        if self._budget != budget:
+            log.info(
+                "backlog budget %d -> %d records per batch (the last batch drained %d in %.1fs;"
+                " catchup.targetBatchDurationMs=%d)",
+                budget,
+                self._budget,
+                drained,
+                seconds,
+                self.options.target_batch_s * 1000,
+            )
 
     def _decide_restart(
         self,

@@ -1,25 +1,35 @@
 """Restart-to-first-fresh-record benchmark for the Spark source, on the embedded cluster.
 
-    python -m fastrebalance.tools.spark_bench --backlog 500000
+    python -m fastrebalance.tools.spark_bench --backlog 500000 --repeat 3
 
 For each mode: a query reads a topic and is stopped, a backlog piles up, live traffic starts
 and the query restarts from its checkpoint. Measured from the restart: when the first live
 record reaches the sink, when the whole backlog has, and how stale the live records got
 meanwhile. The job is a realistic micro-batch: parse the JSON value, append to parquet,
 count per batch.
+
+The catch-up pays for its fresh first batch with extra micro-batches, so the report breaks
+the drain down: how many batches carried backlog and what each cost (Spark's own
+``triggerExecution``), next to the restart batch, which carries a few live records and is
+therefore almost pure fixed cost. The modes run interleaved and the table shows medians, so
+that load from other jobs on a shared machine hits every mode alike. A warm-up run comes
+first and is not reported: the JVM would otherwise bill its JIT compilation to one mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,32 +38,65 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 MODES: dict[str, dict[str, str]] = {
     # KIP-333 catch-up with the default budgets
     "catchup": {},
+    # the defaults before issue 13: 100,000 backlog records per batch, whatever the batch costs,
+    # in tasks of 25,000
+    "catchup-100k": {"catchup.maxOffsetsPerTrigger": "100000", "catchup.chunkSize": "25000"},
+    # the adaptive budget with the task size before issue 13: the cost of many small tasks
+    "catchup-25k-tasks": {"catchup.chunkSize": "25000"},
     # a smaller backlog budget per batch: live records wait less, the backlog takes longer
     "catchup-40k": {"catchup.maxOffsetsPerTrigger": "40000", "catchup.chunkSize": "10000"},
     # Spark's usual in-order reading, no limit: the first batch after restart is the backlog
     "plain": {"catchup.enabled": "false"},
-    # Spark's usual in-order reading with the same per-batch budget as the catch-up
+    # Spark's usual in-order reading with a per-batch budget
     "plain-limited": {"catchup.enabled": "false", "maxOffsetsPerTrigger": "100000"},
 }
+#: The mode the others are compared with: Spark's usual reading, the whole backlog at once.
+BASELINE = "plain"
 
 
 @dataclass
 class BatchStats:
+    batch_id: int
     at: float
     # kind ("old", "backlog", "fresh"; a "*" suffix when read as backlog) -> (records, oldest
     # sent_ms). Fresh records sent between the restart and the source's first look at the log
     # end are part of the backlog, hence "fresh*".
     kinds: dict[str, tuple[int, int]]
 
+    @property
+    def backlog(self) -> int:
+        return self.kinds.get("backlog", (0, 0))[0] + self.kinds.get("backlog*", (0, 0))[0]
+
 
 @dataclass
 class Result:
     mode: str
     backlog: int
-    first_fresh_s: float = float("nan")
-    drained_s: float = float("nan")
-    worst_fresh_age_s: float = float("nan")
+    first_fresh_s: float = math.nan
+    drained_s: float = math.nan
+    worst_fresh_age_s: float = math.nan
+    # the batches after the restart, up to the one that completed the backlog
     batches: list[BatchStats] = field(default_factory=list)
+    # Spark's triggerExecution (s) per batch id of the restarted query
+    durations: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def restart_batch_s(self) -> float:
+        return self.durations.get(self.batches[0].batch_id, math.nan) if self.batches else math.nan
+
+    @property
+    def drain_batches(self) -> list[float]:
+        """Duration of each batch that carried backlog records."""
+        return [self.durations.get(b.batch_id, math.nan) for b in self.batches if b.backlog]
+
+    def line(self) -> str:
+        drain = self.drain_batches
+        return (
+            f"{self.mode:14s} first fresh {self.first_fresh_s:6.2f}s  backlog done"
+            f" {self.drained_s:6.2f}s  worst fresh age {self.worst_fresh_age_s:6.2f}s"
+            f"  restart batch {self.restart_batch_s:5.2f}s  backlog in {len(drain)} batch(es)"
+            f" [{' '.join(f'{d:.2f}' for d in drain)}]s"
+        )
 
 
 def _value(kind: str, seq: int) -> bytes:
@@ -129,7 +172,7 @@ def run_mode(
         )
         kinds = {r.kind + "*" * r.catchup: (r.n, r.oldest) for r in rows.collect()}
         parsed.unpersist()
-        batches.append(BatchStats(time.time(), kinds))
+        batches.append(BatchStats(batch_id, time.time(), kinds))
 
     def start() -> Any:
         reader = (
@@ -151,7 +194,7 @@ def run_mode(
     def count(kind: str) -> int:
         return sum(n for b in batches for k, (n, _) in b.kinds.items() if k.rstrip("*") == kind)
 
-    def wait(condition: Any, timeout: float, what: str) -> None:
+    def wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
@@ -182,23 +225,27 @@ def run_mode(
     finally:
         live.halt.set()
         q.stop()
+    for p in q.recentProgress:
+        if p["numInputRows"]:
+            result.durations[p["batchId"]] = p["durationMs"].get("triggerExecution", 0) / 1000
     if verbose:
         for p in q.recentProgress:
             if p["numInputRows"]:
                 print(f"  batch {p['batchId']}: {p['numInputRows']} rows {p['durationMs']}")
         for b in batches[seen:]:
             print(f"  at {b.at - restart_wall:6.2f}s {b.kinds}")
-    result.batches = batches[seen:]
-    fresh = [b for b in result.batches if "fresh" in b.kinds or "fresh*" in b.kinds]
+    after = batches[seen:]
+    fresh = [b for b in after if "fresh" in b.kinds or "fresh*" in b.kinds]
     result.first_fresh_s = fresh[0].at - restart_wall
     drained = 0
-    for b in result.batches:
-        drained += b.kinds.get("backlog", (0, 0))[0] + b.kinds.get("backlog*", (0, 0))[0]
+    for b in after:
+        result.batches.append(b)
+        drained += b.backlog
         if drained >= backlog:
             result.drained_s = b.at - restart_wall
             break
     # how stale the live stream got while the backlog was being read
-    live_batches = [b for b in result.batches if "fresh" in b.kinds]
+    live_batches = [b for b in after if "fresh" in b.kinds]
     during = [
         b for b in live_batches if b.at - restart_wall <= result.drained_s + 1e-9
     ] or live_batches[:1]
@@ -206,8 +253,53 @@ def run_mode(
     return result
 
 
+def _median(values: Sequence[float]) -> str:
+    """``median (min-max)``, or the one value."""
+    ok = [v for v in values if not math.isnan(v)]
+    if not ok:
+        return "-"
+    if len(ok) == 1:
+        return f"{ok[0]:.1f} s"
+    return f"{statistics.median(ok):.1f} s ({min(ok):.1f}-{max(ok):.1f})"
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """One row per mode: medians over the repeats, and the drain time against the baseline.
+
+    The ratio is of the medians; the range in brackets is of the ratios within each repeat
+    (a mode against the baseline run just before or after it, under similar load).
+    """
+    modes = list(dict.fromkeys(r.mode for r in results))
+    by_mode = {m: [r for r in results if r.mode == m] for m in modes}
+    base = by_mode.get(BASELINE, [])
+    base_median = statistics.median([r.drained_s for r in base]) if base else math.nan
+    lines = [
+        "| mode | restart → first fresh record in the sink | backlog fully in the sink"
+        f" | ÷ {BASELINE} | batches with backlog | each backlog batch | restart batch"
+        " | oldest live record while the backlog is read |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in modes:
+        runs = by_mode[m]
+        drained = [r.drained_s for r in runs]
+        ratio = statistics.median(drained) / base_median if base else math.nan
+        paired = [r.drained_s / b.drained_s for r, b in zip(runs, base, strict=False)]
+        ratio_text = "-" if math.isnan(ratio) else f"{ratio:.2f}x"
+        if len(paired) > 1 and m != BASELINE:
+            ratio_text += f" ({min(paired):.2f}-{max(paired):.2f})"
+        counts = sorted(len(r.drain_batches) for r in runs)
+        each = [d for r in runs for d in r.drain_batches]
+        lines.append(
+            f"| {m} | {_median([r.first_fresh_s for r in runs])} | {_median(drained)}"
+            f" | {ratio_text} | {'/'.join(map(str, counts))} | {_median(each)}"
+            f" | {_median([r.restart_batch_s for r in runs])}"
+            f" | {_median([r.worst_fresh_age_s for r in runs])} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--backlog", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rate", type=float, default=100.0, help="live records per second")
@@ -215,8 +307,15 @@ def main(argv: list[str] | None = None) -> int:
         "--modes", default="catchup,plain,plain-limited", help=f"any of {', '.join(MODES)}"
     )
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unreported runs first, to warm up the JVM"
+    )
     parser.add_argument("--verbose", action="store_true", help="print every batch")
     args = parser.parse_args(argv)
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -238,29 +337,28 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     try:
         with EmbeddedKafka() as kafka:
+
+            def run(mode: str, backlog: int) -> Result:
+                return run_mode(
+                    spark, kafka.bootstrap_servers, kafka.create_topic, mode, backlog,
+                    args.partitions, args.rate, workdir, args.verbose,
+                )  # fmt: skip
+
+            for _ in range(args.warmup):
+                print("(warm-up) " + run(modes[0], min(args.backlog, 200_000)).line(), flush=True)
             for _ in range(args.repeat):
-                for mode in args.modes.split(","):
-                    r = run_mode(
-                        spark, kafka.bootstrap_servers, kafka.create_topic, mode, args.backlog,
-                        args.partitions, args.rate, workdir, args.verbose,
-                    )  # fmt: skip
+                for mode in modes:
+                    r = run(mode, args.backlog)
                     results.append(r)
-                    print(
-                        f"{mode:14s} first fresh {r.first_fresh_s:6.2f}s  backlog done"
-                        f" {r.drained_s:6.2f}s  worst fresh age {r.worst_fresh_age_s:6.2f}s"
-                        f"  batches {len(r.batches)}",
-                        flush=True,
-                    )
+                    print(r.line(), flush=True)
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    print("\n| mode | restart → first fresh record in sink | backlog drained | worst fresh age |")
-    print("|---|---|---|---|")
-    for r in results:
-        print(
-            f"| {r.mode} | {r.first_fresh_s:.2f} s | {r.drained_s:.2f} s"
-            f" | {r.worst_fresh_age_s:.2f} s |"
-        )
+    print(
+        f"\nbacklog {args.backlog:,} records, {args.partitions} partitions, {args.rate:g} live"
+        f" records/s; {args.repeat} run(s) per mode, median (range)\n"
+    )
+    print(format_table(results))
     return 0
 
 

@@ -12,6 +12,7 @@ pytest.importorskip("pyarrow")
 
 from confluent_kafka import Producer
 
+from fastrebalance.spark import _kafka
 from fastrebalance.spark._kafka import (
     ARROW_SCHEMA,
     DataLossError,
@@ -73,6 +74,37 @@ def test_slice_yields_exactly_its_offsets(kafka_cluster, topic_factory) -> None:
         range(450, 500)
     )
     assert _read(Slice(topic, 1, 5, 5, False), opts) == []
+
+
+def test_a_read_never_asks_kafka_for_more_than_the_slice_holds(
+    kafka_cluster, topic_factory, monkeypatch
+) -> None:
+    """consume(n) returns once it has n messages or at its timeout: asking for more than the
+    slice holds made every task that reads up to the log end wait out the timeout."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    _produce(bs, topic, 300)
+    asked: list[int] = []
+
+    class Spy(_kafka.Consumer):  # type: ignore[misc]
+        def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
+            asked.append(num_messages)
+            return super().consume(num_messages, timeout)
+
+    idle: dict = {}
+    monkeypatch.setattr(_kafka, "Consumer", Spy)
+    monkeypatch.setattr(_kafka, "_IDLE", idle)
+    try:
+        opts = _options(bs, topic)
+        rows = [r for b in read_slice(Slice(topic, 0, 0, 300, False), opts) for r in b.to_pylist()]
+        assert [r["offset"] for r in rows] == list(range(300))
+        assert asked and max(asked) <= 300, asked
+        asked.clear()
+        rows = [r for b in read_slice(Slice(topic, 0, 260, 300, True), opts) for r in b.to_pylist()]
+        assert [r["offset"] for r in rows] == list(range(260, 300))
+        assert max(asked) <= 40, asked
+    finally:
+        for consumer in idle.values():
+            consumer.close()
 
 
 def test_fetcher_sees_partitions_and_log_ends(kafka_cluster, topic_factory) -> None:

@@ -8,6 +8,7 @@ and budgets are respected, and re-planning a logged batch gives the same slices.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -23,6 +24,7 @@ from fastrebalance.spark._plan import (
     decode_offset,
     detect_restart,
     encode_offset,
+    next_catchup_budget,
     offset_json,
     pack_tasks,
     pending_count,
@@ -115,9 +117,23 @@ def test_backlog_is_drained_in_chunks_round_robin_under_the_budget() -> None:
     assert slices == [
         Slice(T, 0, 0, 200, True),
         Slice(T, 0, 200, 400, True),
-        Slice(T, 1, 0, 200, True),
-        Slice(T, 1, 200, 300, True),
+        Slice(T, 1, 0, 150, True),  # 300 records in two chunks of at most 200: alike
+        Slice(T, 1, 150, 300, True),
     ]
+
+
+def test_a_backlog_just_over_a_chunk_multiple_leaves_no_crumb_task() -> None:
+    # A restart backlog ends where the live records began, so it is rarely a round number:
+    # 100,030 records in chunks of 25,000 must be 5 tasks of ~20,006, not 4 full ones and a
+    # fifth task of 30 records that costs as much as a full one.
+    start = {(T, 0): pos(100_030, (0, 100_030))}
+    end = {(T, 0): pos(100_030)}
+    sizes = [s.size for s in plan_slices(start, end, chunk_size=25_000)]
+    assert sizes == [20_006] * 5
+    slices = plan_slices(start, end, chunk_size=25_000)
+    assert slices[0].start == 0 and slices[-1].end == 100_030
+    assert all(a.end == b.start for a, b in itertools.pairwise(slices))
+    assert [s.size for s in plan_slices(start, end, chunk_size=200_000)] == [100_030]
 
 
 def test_small_live_spans_share_a_task_backlog_chunks_do_not() -> None:
@@ -138,6 +154,19 @@ def test_a_budget_below_one_chunk_per_partition_still_reaches_every_partition() 
     for _ in range(4):  # 4 batches of 2 chunks: every partition got 2 of its 5
         offset = plan_end(offset, marks, catchup_budget=400, chunk_size=200).end
     assert [pending_count({tp: offset[tp]}) for tp in sorted(offset)] == [600] * 4
+
+
+def test_adaptive_budget_scales_with_the_last_batchs_duration() -> None:
+    # 500 records in 5 s, aiming at 10 s: twice as many next time
+    assert next_catchup_budget(500, 500, 5.0, 10.0, floor=100) == 1000
+    # a slow batch shrinks the next one, but never below one chunk
+    assert next_catchup_budget(500, 500, 20.0, 10.0, floor=100) == 250
+    assert next_catchup_budget(500, 500, 600.0, 10.0, floor=100) == 100
+    # growth is capped per batch: one oddly short measurement cannot blow up the next batch
+    assert next_catchup_budget(500, 500, 0.1, 10.0, floor=100) == 2000
+    # the tail of a backlog, or no measurable time, says nothing about the rate
+    assert next_catchup_budget(500, 30, 1.0, 10.0, floor=100) == 500
+    assert next_catchup_budget(500, 500, 0.0, 10.0, floor=100) == 500
 
 
 def test_restart_skips_the_backlog_and_the_first_batch_is_live_only() -> None:
@@ -213,6 +242,7 @@ steps = st.lists(
         st.tuples(st.just("batch"), st.one_of(st.none(), st.integers(1, 300))),
         st.tuples(st.just("restart"), st.integers(0, 200)),
         st.tuples(st.just("crash_mid_batch"), st.just(0)),
+        st.tuples(st.just("budget"), st.integers(1, 400)),  # the adaptive budget moved
     ),
     max_size=40,
 )
@@ -236,6 +266,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
 
     def run_batch(fresh_limit: int | None, *, deliver: bool) -> None:
         nonlocal offset
+        assert budget >= 1
         marks = {tp: Marks(0, high[tp]) for tp in parts}
         plan = plan_end(
             offset,
@@ -284,6 +315,8 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
         elif step[0] == "restart":
             marks = {tp: Marks(0, high[tp]) for tp in parts}
             restart_ends = detect_restart(offset, marks, step[1]) if catchup else {}
+        elif step[0] == "budget":
+            budget = step[1]
         else:  # planned, logged, crashed before delivery: Spark re-plans the same batch later
             run_batch(None, deliver=False)
 
@@ -414,6 +447,39 @@ def test_reader_available_now_stops_at_the_target_after_draining() -> None:
         offset = end
     assert offset == {T: {"0": 500}}
     assert sum(s.size for s in seen) == 300 and max(s.end for s in seen) == 300
+
+
+def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
+    from fastrebalance.spark import _source
+
+    clock = [1000.0]
+    monkeypatch.setattr(_source.time, "monotonic", lambda: clock[0])
+    options = {"catchup.chunkSize": "100000", "catchup.firstBatchWaitMs": "0"}
+    reader, _ = make_reader({0: 2_000_000}, **options)
+
+    def drained(start: dict, seconds: float) -> tuple[dict, int]:
+        clock[0] += seconds  # the previous batch ran this long
+        end = reader.latestOffset(start, all_rows())
+        return end, pending_count(decode_offset(start)) - pending_count(decode_offset(end))
+
+    offset, n = drained({T: {"0": 0}}, 0)  # the restart batch: live only
+    assert n == -2_000_000
+    offset, n = drained(offset, 1.0)
+    assert n == 500_000  # the first backlog batch: nothing measured yet
+    offset, n = drained(offset, 5.0)
+    assert n == 1_000_000  # 500,000 took 5 s, the target is 10 s
+    offset, n = drained(offset, 40.0)
+    assert n == 250_000  # 1,000,000 took 40 s
+    # a backlog just over the budget is read in one batch, not with a tail batch of crumbs
+    reader, _ = make_reader({0: 600_000}, **options)
+    offset, _ = drained({T: {"0": 0}}, 0)
+    assert drained(offset, 1.0)[1] == 600_000
+    # a budget the user set is a fixed cap, however fast the batches go
+    reader, _ = make_reader({0: 2_000_000}, **options, **{"catchup.maxOffsetsPerTrigger": "300000"})
+    offset, _ = drained({T: {"0": 0}}, 0)
+    for _ in range(3):
+        offset, n = drained(offset, 0.5)
+        assert n == 300_000
 
 
 def test_reader_default_read_limit_and_pickling() -> None:
