@@ -619,6 +619,7 @@ class Consumer:
             self._retire(list(self._assigned))
             self._primary.assign(starts)
         added: dict[Key, tuple[int, int]] = {}
+        catchups: list[tuple[Key, Ledger, Epoch]] = []
         for key, plan in plans.items():
             history = self._history.setdefault(key, History())
             self._revoked_in_call.discard(key)
@@ -648,9 +649,11 @@ class Consumer:
             self._assigned[key] = _Assigned(plan.ledger, epoch)
             first = plan.ledger.ranges.first()
             if first is not None and plan.run_start > first:
-                self._child.start(key, plan.ledger, epoch)
+                catchups.append((key, plan.ledger, epoch))
             if plan.caught_up is not None:
                 added[key] = plan.caught_up
+        if catchups:
+            self._child.start_all(catchups)
         if added:
             # After the fetches started (they overlap these round trips), before anything
             # can be committed: we still hold the user's thread.
