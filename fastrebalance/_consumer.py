@@ -266,6 +266,10 @@ class Consumer:
         self._token_warnings = 0
         self._primary_handed_closed = 0
         self._published_at = 0.0
+        # The last assignment's plan (partitions, seconds in all, seconds of round trips):
+        # it runs inside the rebalance callback, so it is what a rebalance costs the
+        # application's poll() on top of librdkafka's own work.
+        self._last_plan: dict[str, Any] | None = None
         # The child's partitions being read (its own dict, shared): empty in steady state.
         self._reading = self._child._cursors
         # The hot path's one check: True while no range is being read and no auto-commit
@@ -370,6 +374,7 @@ class Consumer:
             "records_remaining": sum(
                 p["records_remaining"] for t in partitions.values() for p in t.values()
             ),
+            "last_plan": self._last_plan,
             "partitions": partitions,
         }
 
@@ -410,6 +415,7 @@ class Consumer:
                 "group": self._group_commit_failures,
                 "catchup": child.commit_failures,
             },
+            "last_plan": self._last_plan,
         }
         self._published_at = time.monotonic()
 
@@ -601,7 +607,9 @@ class Consumer:
         assert self._child is not None
         if incremental:
             self._refuse_as_librdkafka(partitions, assigned=True)
+        began = time.monotonic()
         readings = self._read(list(partitions))
+        read_s = time.monotonic() - began
         plans: dict[Key, Plan | None] = {}
         starts = []
         for tp in partitions:
@@ -666,6 +674,11 @@ class Consumer:
         if self._in_rebalance:
             self._assigned_in_callback = True
         self._recheck()
+        self._last_plan = {
+            "partitions": len(partitions),
+            "seconds": time.monotonic() - began,
+            "read_seconds": read_s,
+        }
         self._publish()
 
     def _note_stale_positions(self, keys: list[Key]) -> None:

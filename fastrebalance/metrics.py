@@ -77,6 +77,11 @@ METRICS: tuple[Metric, ...] = (
            "Tokens that passed 75% of the metadata budget (a WARNING log each)"),
     Metric("fastrebalance_commit_failures_total", "counter", "commits",
            "Commits that failed, by log (group: the user's group; catchup: the child's)"),
+    Metric("fastrebalance_plan_seconds", "gauge", "seconds",
+           "Time the last assignment's plan took inside the rebalance callback "
+           "(its broker round trips included)"),
+    Metric("fastrebalance_plan_partitions", "gauge", "partitions",
+           "Partitions the last assignment's plan covered"),
 )  # fmt: skip
 
 #: (metric name, labels, value)
@@ -108,6 +113,10 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
     )
     for log_name, n in snapshot["commit_failures"].items():
         out.append(("fastrebalance_commit_failures_total", {**base, "log": log_name}, n))
+    plan = snapshot.get("last_plan")
+    if plan is not None:
+        out.append(("fastrebalance_plan_seconds", base, plan["seconds"]))
+        out.append(("fastrebalance_plan_partitions", base, plan["partitions"]))
     return out
 
 
@@ -197,7 +206,7 @@ class OpenTelemetryMetrics:
                 create(
                     name,
                     callbacks=[self._callback(metric.name)],
-                    unit="By" if unit == "bytes" else unit,
+                    unit={"bytes": "By", "{seconds}": "s"}.get(unit, unit),
                     description=metric.help,
                 )
             )
