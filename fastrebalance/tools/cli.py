@@ -598,6 +598,168 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_CHECK_FAILED
 
 
+_SCALE_EXAMPLES = """\
+examples:
+  fastrebalance bench-scale                             # 1,000 partitions, ~4 min on 2 cores
+  fastrebalance bench-scale --partitions 100 --layouts 1 --members 1   # seconds
+  fastrebalance bench-scale --bootstrap-servers localhost:9092 --markdown scale.md
+"""
+
+
+def _add_bench_scale(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .scale import ScaleSettings
+
+    d = ScaleSettings()
+    p = commands.add_parser(
+        "bench-scale",
+        help="benchmark a restart at 1,000 partitions (planning, commit size, memory, "
+        "requests) against plain confluent-kafka",
+        description=_paragraphs(
+            "A group restarts over P partitions (one topic, or P/T topics each), with 1 or "
+            "N members (one process each), and every partition has a small backlog: with "
+            "fastrebalance every partition gets a catch-up range, and the group already "
+            "holds a range token on every partition (written by an assign()-only "
+            "fastrebalance consumer before the restart). A producer writes fresh records "
+            "over every partition throughout.",
+            "Measured for plain confluent_kafka.Consumer and fastrebalance.Consumer "
+            "(enable.parallel.rebalance=True): join to first fresh record, the plan inside "
+            "the rebalance callback, a synchronous commit of a token on every partition "
+            "(time, metadata bytes, bytes sent), memory per assigned idle partition (RSS, "
+            "and tracemalloc of the library's own structures), close(), and broker requests "
+            "by type (librdkafka statistics), to show that nothing is asked per partition.",
+            "Exit code 1 if a member sent some request type once per partition or the "
+            "token was not stored on every partition; the timing and memory targets are "
+            "reported, not enforced. Runs on an embedded Kafka unless --bootstrap-servers "
+            "names a cluster.",
+        ),
+        epilog=_SCALE_EXAMPLES + "\n" + _EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--partitions",
+        type=_number(int, 2),
+        default=d.partitions,
+        metavar="P",
+        help=f"partitions of the group in every layout (default: {d.partitions:,})",
+    )
+    p.add_argument(
+        "--layouts",
+        type=_number_list(int, 1),
+        default=d.layouts,
+        metavar="T,...",
+        help="topics to spread the partitions over, one run each; must divide P "
+        f"(default: {','.join(str(t) for t in d.layouts)})",
+    )
+    p.add_argument(
+        "--members",
+        type=_number_list(int, 1),
+        default=d.members,
+        metavar="N,...",
+        help=f"group sizes, one process per member (default: {','.join(map(str, d.members))})",
+    )
+    p.add_argument(
+        "--backlog",
+        type=_number(int, 1),
+        default=d.backlog,
+        metavar="B",
+        help="records written to every partition before the crash, and again after it "
+        f"(default: {d.backlog})",
+    )
+    p.add_argument(
+        "--threshold",
+        type=_number(int, 0),
+        default=d.threshold,
+        metavar="N",
+        help=f"parallel.rebalance.lag.threshold, below B (default: {d.threshold})",
+    )
+    p.add_argument(
+        "--rate",
+        type=_number(float, 0, inclusive=False),
+        default=d.rate,
+        metavar="R",
+        help=f"fresh records per second over all partitions (default: {d.rate:g})",
+    )
+    p.add_argument(
+        "--few",
+        type=_number(int, 1),
+        default=d.few,
+        metavar="N",
+        help=f"partitions of the memory baseline run (default: {d.few})",
+    )
+    p.add_argument(
+        "--settle",
+        type=_number(float, 0),
+        default=d.settle_s,
+        metavar="SECONDS",
+        help="the group counts as settled after this long without an assignment change "
+        f"(default: {d.settle_s:g})",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_number(float, 0, inclusive=False),
+        default=d.run_timeout_s,
+        metavar="SECONDS",
+        help="give up on a run that has not settled after this long "
+        f"(default: {d.run_timeout_s:g})",
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        metavar="B",
+        help="use this Kafka cluster instead of an embedded one; the benchmark topics "
+        "and groups are deleted afterwards",
+    )
+    p.add_argument("--markdown", metavar="PATH", help="also write the tables to this file")
+    p.add_argument("--json", metavar="PATH", help="also write every run's raw measurements")
+    p.set_defaults(func=_cmd_bench_scale)
+
+
+def _cmd_bench_scale(args: argparse.Namespace) -> int:
+    from .scale import ScaleSettings, format_markdown, result_json, run_scale, targets
+
+    try:
+        settings = ScaleSettings(
+            partitions=args.partitions,
+            layouts=tuple(int(t) for t in args.layouts),
+            members=tuple(int(m) for m in args.members),
+            backlog=args.backlog,
+            threshold=args.threshold,
+            rate=args.rate,
+            few=args.few,
+            settle_s=args.settle,
+            run_timeout_s=args.timeout,
+            bootstrap_servers=args.bootstrap_servers,
+        )
+    except ValueError as exc:
+        print(f"fastrebalance bench-scale: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # The exact command, every option spelled out, so the tables can be reproduced.
+    command = (
+        f"fastrebalance bench-scale --partitions {settings.partitions}"
+        f" --layouts {','.join(map(str, settings.layouts))}"
+        f" --members {','.join(map(str, settings.members))} --backlog {settings.backlog}"
+        f" --threshold {settings.threshold} --rate {settings.rate:g} --few {settings.few}"
+        f" --settle {settings.settle_s:g}"
+    )
+    if settings.bootstrap_servers:
+        command += f" --bootstrap-servers {settings.bootstrap_servers}"
+    print(f"fastrebalance bench-scale: {command}\n", flush=True)
+    result = run_scale(settings, out=lambda line: print(line, flush=True))
+    tables = format_markdown(result, command)
+    print()
+    print(tables, flush=True)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(tables)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(result_json(result))
+    requests_ok = targets(result)["no per-partition broker requests"][0] is not False
+    tokens_ok = all(
+        c.seed.tokens == c.partitions for c in result.cells if c.seed is not None
+    )
+    return EXIT_OK if requests_ok and tokens_ok else EXIT_CHECK_FAILED
+
+
 _CHAOS_EXAMPLES = """\
 examples:
   fastrebalance chaos --duration 3m
@@ -846,6 +1008,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_status(commands)
     _add_bench(commands)
+    _add_bench_scale(commands)
     _add_chaos(commands)
     return parser
 
