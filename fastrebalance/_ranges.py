@@ -16,43 +16,53 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 __all__ = ["RangeSet"]
 
+_AFTER = 1 << 63  # (offset, _AFTER) sorts after every range starting at offset
+
 
 class RangeSet:
-    """Disjoint half-open offset ranges ``[start, end)`` kept in a ``SortedDict``.
+    """Disjoint half-open offset ranges ``[start, end)``, as ``(start, end)`` tuples in a
+    ``SortedList``.
 
-    Lookups are O(log n) by bisecting the starts; the hot path (is this child record
-    still inside its range?) never touches this class: the child caches its current
-    range as two ints.
+    Lookups are O(log n) by bisecting the tuples (disjoint ranges sort by their starts);
+    the hot path (is this child record still inside its range?) never touches this class:
+    the child caches its current range as two ints. The list is created with the first
+    range: most partitions of a large assignment have nothing pending, and an empty
+    ``SortedList`` still costs a few hundred bytes.
     """
 
-    __slots__ = ("_map",)
+    __slots__ = ("_items",)
 
     def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
-        self._map: SortedDict = SortedDict()
+        self._items: SortedList | None = None
         for start, end in ranges:
             self.add(start, end)
 
+    def _list(self) -> SortedList:
+        if self._items is None:
+            self._items = SortedList()
+        return self._items
+
     # -- queries ---------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(self._map.items())
+        return iter(self._items or ())
 
     def __len__(self) -> int:
-        return len(self._map)
+        return len(self._items) if self._items else 0
 
     def __bool__(self) -> bool:
-        return bool(self._map)
+        return bool(self._items)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RangeSet):
-            return list(self._map.items()) == list(other._map.items())
+            return self.as_tuple() == other.as_tuple()
         return NotImplemented
 
     def __repr__(self) -> str:
-        return f"RangeSet({list(self._map.items())!r})"
+        return f"RangeSet({list(self)!r})"
 
     def __contains__(self, offset: object) -> bool:
         if not isinstance(offset, int):
@@ -61,49 +71,59 @@ class RangeSet:
 
     def copy(self) -> RangeSet:
         clone = RangeSet()
-        clone._map = self._map.copy()
+        if self._items:
+            clone._items = self._items.copy()
         return clone
 
     def as_tuple(self) -> tuple[tuple[int, int], ...]:
-        return tuple(self._map.items())
+        return tuple(self)
 
     def first(self) -> int | None:
         """Lowest pending offset, or None when nothing is pending."""
-        return self._map.peekitem(0)[0] if self._map else None
+        return self._items[0][0] if self._items else None
 
     def last_end(self) -> int | None:
-        return self._map.peekitem(-1)[1] if self._map else None
+        return self._items[-1][1] if self._items else None
 
     def count(self) -> int:
         """Number of offsets pending (records still to read, gaps excluded)."""
-        return sum(end - start for start, end in self._map.items())
+        return sum(end - start for start, end in self)
+
+    def _at_or_before(self, offset: int) -> int:
+        """Index of the last range starting at or before ``offset`` (-1: none)."""
+        return self._items.bisect_right((offset, _AFTER)) - 1 if self._items else -1
 
     def range_containing(self, offset: int) -> tuple[int, int] | None:
-        i = self._map.bisect_right(offset) - 1
+        i = self._at_or_before(offset)
         if i < 0:
             return None
-        start, end = self._map.peekitem(i)
+        start, end = self._list()[i]
         return (start, end) if offset < end else None
 
     def next_from(self, offset: int) -> tuple[int, int] | None:
         """The first pending piece at or after ``offset``, clipped to start there."""
-        i = self._map.bisect_right(offset) - 1
+        if not self._items:
+            return None
+        items = self._items
+        i = self._at_or_before(offset)
         if i >= 0:
-            start, end = self._map.peekitem(i)
+            start, end = items[i]
             if offset < end:
                 return (max(start, offset), end)
         i += 1
-        if i < len(self._map):
-            start, end = self._map.peekitem(i)
+        if i < len(items):
+            start, end = items[i]
             return (start, end)
         return None
 
     def last_overlapping(self, start: int, end: int) -> tuple[int, int] | None:
         """The highest range that shares an offset with ``[start, end)``."""
-        i = self._map.bisect_left(end) - 1
+        if not self._items:
+            return None
+        i = self._items.bisect_left((end, -1)) - 1
         if i < 0:
             return None
-        s, e = self._map.peekitem(i)
+        s, e = self._items[i]
         return (s, e) if e > start else None
 
     # -- updates ---------------------------------------------------------------
@@ -112,48 +132,47 @@ class RangeSet:
         _check(start, end)
         if start == end:
             return
-        m = self._map
-        i = m.bisect_right(start) - 1
+        items = self._list()
+        i = self._at_or_before(start)
         if i >= 0:
-            s0, e0 = m.peekitem(i)
+            s0, e0 = items[i]
             if e0 >= start:  # overlaps or touches on the left
                 start = s0
                 end = max(end, e0)
-                del m[s0]
+                del items[i]
         # absorb every range starting inside [start, end]
-        i = m.bisect_left(start)
-        while i < len(m):
-            s1, e1 = m.peekitem(i)
+        i = items.bisect_left((start, -1))
+        while i < len(items):
+            s1, e1 = items[i]
             if s1 > end:
                 break
             end = max(end, e1)
-            del m[s1]
-        m[start] = end
+            del items[i]
+        items.add((start, end))
 
     def remove(self, start: int, end: int) -> None:
         """Difference with ``[start, end)``: those offsets are proven processed."""
         _check(start, end)
-        if start == end or not self._map:
+        if start == end or not self._items:
             return
-        m = self._map
-        i = max(m.bisect_right(start) - 1, 0)
+        items = self._items
+        i = max(self._at_or_before(start), 0)
         pieces: list[tuple[int, int]] = []
-        doomed: list[int] = []
-        while i < len(m):
-            s, e = m.peekitem(i)
+        doomed: list[tuple[int, int]] = []
+        while i < len(items):
+            s, e = items[i]
             if s >= end:
                 break
             if e > start:
-                doomed.append(s)
+                doomed.append((s, e))
                 if s < start:
                     pieces.append((s, start))
                 if e > end:
                     pieces.append((end, e))
             i += 1
-        for s in doomed:
-            del m[s]
-        for s, e in pieces:
-            m[s] = e
+        for item in doomed:
+            items.remove(item)
+        items.update(pieces)
 
     def remove_below(self, offset: int) -> None:
         """Drop every offset < ``offset`` (all of them are proven processed)."""
@@ -175,23 +194,25 @@ class RangeSet:
         """
         if max_ranges < 1:
             raise ValueError("max_ranges must be >= 1")
-        items = list(self._map.items())
+        items = list(self)
         if len(items) <= max_ranges:
             return self.copy()
         gaps = sorted(
             ((items[k + 1][0] - items[k][1], k) for k in range(len(items) - 1)),
         )
         fill = {k for _, k in gaps[: len(items) - max_ranges]}
-        out = RangeSet()
+        kept: list[tuple[int, int]] = []
         start, end = items[0]
         for k in range(len(items) - 1):
             nxt_start, nxt_end = items[k + 1]
             if k in fill:
                 end = nxt_end
             else:
-                out._map[start] = end
+                kept.append((start, end))
                 start, end = nxt_start, nxt_end
-        out._map[start] = end
+        kept.append((start, end))
+        out = RangeSet()
+        out._items = SortedList(kept)
         return out
 
 
