@@ -73,6 +73,14 @@ __all__ = [
 Out = Callable[[str], None]
 
 PLAIN, FAST = "plain", "fastrebalance"
+#: plain confluent-kafka with the fetch settings fastrebalance gives its child: the fair
+#: baseline for the drain (what of the difference is configuration, not design)
+TUNED = "plain tuned"
+#: What TUNED sets: librdkafka stops fetching for fetch.queue.backoff.ms (1000 by
+#: default) whenever its queue holds queued.min.messages; the child sets 10 ms
+#: (_config.child_config), so a consumer catching up never idles waiting for it.
+TUNED_CONF = {"fetch.queue.backoff.ms": 10}
+RECOVERY_CONSUMERS = (PLAIN, TUNED, FAST)
 #: Throughput variants: raw confluent-kafka, fastrebalance with the mode off, and on.
 RAW, OFF, ON = "raw", "mode off", "mode on"
 VARIANTS = (RAW, OFF, ON)
@@ -82,7 +90,7 @@ CONSUME_BATCH = 1000
 #: Targets from the issue. Reported next to the measured ratios, never asserted.
 TARGET_P99_RATIO = 1.5
 TARGET_DRAIN_RATIO = 1.0
-TARGET_THROUGHPUT = {("poll", ON): 0.90, ("consume", ON): 0.95, ("poll", OFF): 0.98,
+TARGET_THROUGHPUT = {("poll", ON): 0.95, ("consume", ON): 0.95, ("poll", OFF): 0.98,
                      ("consume", OFF): 0.98}  # fmt: skip
 #: fetch.queue.backoff.ms of the steady-state throughput runs (see _worker_throughput).
 THROUGHPUT_FETCH_BACKOFF_MS = 10
@@ -276,10 +284,10 @@ def _peak_rss_kib() -> int:
 
 
 def _make_consumer(kind: str, conf: dict[str, Any]) -> Any:
-    if kind in (PLAIN, RAW):
+    if kind in (PLAIN, RAW, TUNED):
         from confluent_kafka import Consumer as PlainConsumer
 
-        return PlainConsumer(conf)
+        return PlainConsumer({**conf, **TUNED_CONF} if kind == TUNED else conf)
     from .._consumer import Consumer as FastConsumer
 
     return FastConsumer({**conf, "enable.parallel.rebalance": kind in (FAST, ON)})
@@ -554,7 +562,7 @@ def run_bench(
                 for work_us in s.work_us:
                     one(0, work_us, rep, FAST)
                     for asked in s.backlogs:
-                        for consumer in _alternate((PLAIN, FAST), turn):
+                        for consumer in _alternate(RECOVERY_CONSUMERS, turn):
                             one(asked, work_us, rep, consumer)
                         turn += 1
             fresh.stop()
@@ -641,6 +649,22 @@ def paired_ratio(
     return _median(_div(metric(t.result), metric(b[t.rep])) for t in top if t.rep in b)
 
 
+def better_plain_drain(
+    fast: Sequence[RecoveryRun], plain: Sequence[RecoveryRun], tuned: Sequence[RecoveryRun]
+) -> float | None:
+    """The drain target's ratio: fastrebalance against the faster of the two plain
+    consumers of the same repetition (defaults, or tuned like the child), so that a
+    fetch setting the child has and plain lacks cannot pass for the design's gain."""
+    p, t = _by_rep(plain), _by_rep(tuned)
+
+    def best(rep: int) -> float | None:
+        times = [x for x in (_drain(p[rep]) if rep in p else None,
+                             _drain(t[rep]) if rep in t else None) if x]  # fmt: skip
+        return min(times) if times else None
+
+    return _median(_div(_drain(f.result), best(f.rep)) for f in fast)
+
+
 def steady_p99(result: BenchResult, work_us: float) -> float | None:
     """Median p99 of fastrebalance restarted without a backlog: the reference."""
     runs = _group_runs(result).get((0, work_us, FAST), [])
@@ -679,7 +703,8 @@ def _recovery_tables(result: BenchResult) -> list[str]:
               "backlog delivered", "records/s", "peak RSS", "close()", "lost"]  # fmt: skip
     rows = []
     for (asked, work_us, consumer), group in sorted(
-        runs.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2] != PLAIN)
+        runs.items(),
+        key=lambda kv: (kv[0][1], kv[0][0], RECOVERY_CONSUMERS.index(kv[0][2])),
     ):
         res = [r.result for r in group]
         steady = runs.get((0, work_us, FAST), [])
@@ -711,23 +736,28 @@ def _recovery_tables(result: BenchResult) -> list[str]:
         "",
     ]
     header = ["B", "W µs", f"fastrebalance p99 ÷ steady p99 (≤ {TARGET_P99_RATIO:g})",
-              "plain p99 ÷ steady p99", f"drain fastrebalance ÷ plain (≤ {TARGET_DRAIN_RATIO:g})",
+              "plain p99 ÷ steady p99", "drain fastrebalance ÷ plain (defaults)",
+              "drain fastrebalance ÷ plain tuned",
+              f"drain ÷ better plain (≤ {TARGET_DRAIN_RATIO:g})",
               "first fresh plain ÷ fastrebalance", "met"]  # fmt: skip
     rows = []
     for work_us in s.work_us:
         steady = runs.get((0, work_us, FAST), [])
         for asked in s.backlogs:
             plain = runs.get((asked, work_us, PLAIN), [])
+            tuned = runs.get((asked, work_us, TUNED), [])
             fast = runs.get((asked, work_us, FAST), [])
             if not plain or not fast:
                 continue
             p99_ratio = paired_ratio(fast, steady, _p99)
             drain = paired_ratio(fast, plain, _drain)
+            drain_tuned = paired_ratio(fast, tuned, _drain) if tuned else None
+            best = better_plain_drain(fast, plain, tuned)
             met = []
             if p99_ratio is not None:
                 met.append("p99 ✓" if p99_ratio <= TARGET_P99_RATIO else "p99 ✗")
-            if drain is not None:
-                met.append("drain ✓" if drain <= TARGET_DRAIN_RATIO else "drain ✗")
+            if best is not None:
+                met.append("drain ✓" if best <= TARGET_DRAIN_RATIO else "drain ✗")
             rows.append(
                 [
                     f"{asked:,}",
@@ -735,6 +765,8 @@ def _recovery_tables(result: BenchResult) -> list[str]:
                     _ratio(p99_ratio),
                     _ratio(paired_ratio(plain, steady, _p99)),
                     _ratio(drain),
+                    _ratio(drain_tuned),
+                    _ratio(best),
                     _ratio(paired_ratio(plain, fast, _first)),
                     " ".join(met) or "-",
                 ]
@@ -754,7 +786,12 @@ def _recovery_tables(result: BenchResult) -> list[str]:
         f" (join included). Peak RSS: the whole worker process (VmHWM); its base (Python"
         f" + libraries, before the consumer) was {base / 1024:.0f} MiB. close(): the"
         " consumer's close() after the run (commits, leaving the group), not part of any"
-        " other column. lost: records below the final log end never delivered (must be 0).",
+        " other column. lost: records below the final log end never delivered (must be 0)."
+        f" plain tuned: plain confluent-kafka with the child's fetch setting"
+        f" ({', '.join(f'{k}={v}' for k, v in TUNED_CONF.items())}; librdkafka's default is"
+        " 1000): the drain against plain (defaults) mixes configuration and design,"
+        " against plain tuned it is the design alone; the target is against the better"
+        " of the two.",
         "",
     ]
     return lines
@@ -797,7 +834,7 @@ def _throughput_table(result: BenchResult) -> list[str]:
     lines += _md_table(header, rows)
     lines += [
         "",
-        "Targets: mode on ≥ 0.90x raw poll() and ≥ 0.95x raw consume(); mode off ≥ 0.98x."
+        "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x."
         " Ratios: the median over the repetitions of the ratio within one repetition."
         " Each run: a new group reading the topic from the start (no committed offset:"
         " no catch-up), one process per run, timed from its first record to its last;"

@@ -19,6 +19,7 @@ from fastrebalance.tools.bench import (
     FAST,
     LOOPS,
     PLAIN,
+    TUNED,
     VARIANTS,
     BenchSettings,
     format_markdown,
@@ -50,7 +51,7 @@ def test_bench_smoke(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
 
     assert result.ok, report
     kinds = {(r.asked, r.consumer) for r in result.recovery}
-    assert kinds == {(0, FAST), (8_000, PLAIN), (8_000, FAST)}, report
+    assert kinds == {(0, FAST), (8_000, PLAIN), (8_000, TUNED), (8_000, FAST)}, report
     for run in result.recovery:
         r = run.result
         assert r.lost == 0 and not r.timed_out, report
@@ -72,6 +73,7 @@ def test_bench_smoke(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
 
     assert "### Recovery" in report and "### Steady state" in report, report
     assert "Loss check: 0 records lost" in report, report
+    assert "drain fastrebalance ÷ plain tuned" in report, report
 
     png = tmp_path / "latency.png"
     if importlib.util.find_spec("matplotlib") is None:
