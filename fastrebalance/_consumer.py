@@ -751,17 +751,17 @@ class Consumer:
         # timer clears it; no clock is read here) and the timeout's range. A longer wait
         # is cut into slices (a rebalance inside one may start a catch-up, whose records
         # must not wait for the rest of the user's timeout).
-        if self._steady and timeout is not None and 0 <= timeout <= 0.2:  # _IDLE_SLICE_S
-            return self._primary_poll(timeout)
-        return self._poll_long(timeout)
-
-    def _poll_long(self, timeout: float | None) -> Message | None:
+        # One frame, no clock: a record ends the call at once, and librdkafka returns
+        # nothing only once the slice is over, so what is left is the timeout minus a
+        # slice (at most what is really left: never past the caller's timeout).
         if self._steady:
-            since = _monotonic()
-            m = self._primary_poll(_IDLE_SLICE_S)
+            if timeout is not None and 0 <= timeout <= 0.2:  # _IDLE_SLICE_S
+                return self._primary_poll(timeout)
+            m = self._primary_poll(0.2)
             if m is not None:
                 return m
-            timeout = _rest(timeout, since)
+            if timeout is not None and timeout >= 0:
+                timeout = max(timeout - 0.2, 0.0)
         return self._poll_slow(timeout)
 
     def _poll_slow(self, timeout: float | None) -> Message | None:
