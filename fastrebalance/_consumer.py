@@ -654,6 +654,8 @@ class Consumer:
                 self._unresolved.add(key)
             else:
                 epoch = history.begin(plan.floor, plan.run_start)
+                if epoch.unresolved:  # OFFSET_TAIL: its first record says where it starts
+                    self._unresolved.add(key)
             self._assigned[key] = _Assigned(plan.ledger, epoch)
             first = plan.ledger.ranges.first()
             if first is not None and plan.run_start > first:
@@ -1528,12 +1530,14 @@ class Consumer:
                 low, high = self._primary.get_watermark_offsets(
                     TopicPartition(*key), cached=True
                 )
-            if offset == OFFSET_BEGINNING:
-                offset = max(low, 0)
-            elif offset == OFFSET_END:
+            if offset == OFFSET_END:
                 offset = max(high, a.epoch.floor)
+            elif offset == OFFSET_BEGINNING:
+                offset = max(low, 0)  # a low mark only rises: never above the real start
             else:
-                offset = a.epoch.floor
+                # where librdkafka lands is not known here: the run starts at its first
+                # record (a guess, such as F, could credit it with the child's backlog)
+                offset = UNKNOWN_START
         a.epoch.seek(offset)
         self._history[key].trim(a.epoch)
         if a.epoch.unresolved:  # a logical offset of an unplanned partition

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ._ledger import Ledger
 from ._ranges import RangeSet
+from ._routing import UNKNOWN_START
 from ._token import (
     ChildCheckpoint,
     TokenError,
@@ -101,6 +102,8 @@ def checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
 
 #: confluent-kafka's logical offsets, by value (this module imports nothing of Kafka's).
 OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, OFFSET_INVALID = -2, -1, -1000, -1001
+#: confluent_kafka.OFFSET_TAIL(n) is OFFSET_TAIL_BASE - n: n records before the log end
+OFFSET_TAIL_BASE = -2000
 
 
 @dataclass(frozen=True)
@@ -154,12 +157,17 @@ def plan_assignment(
         assert start is not None
         floor = run_start = start
     else:
-        if requested == OFFSET_BEGINNING:
-            run_start = low
-        elif requested == OFFSET_END:
+        if requested == OFFSET_END:
             run_start = max(high, position)
+        elif requested == OFFSET_BEGINNING:
+            run_start = low
+        elif requested >= 0:
+            run_start = requested
         else:
-            run_start = max(requested, 0)
+            # OFFSET_TAIL(n): librdkafka resolves it against a log end that may have
+            # moved since it was read here; the primary's first record says where it
+            # starts (a start guessed too low would claim backlog it never read)
+            run_start = UNKNOWN_START
         start = requested
         floor = min(run_start, position)
     deleted = tuple(ledger.drop_below(low)) if low > 0 else ()

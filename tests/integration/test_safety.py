@@ -811,3 +811,70 @@ def test_auto_commit_interval_zero_disables_the_periodic_commit(
     assert group_offsets(bs, unique_group, topic)[0] == OFFSET_INVALID
     c.close()
     assert group_offsets(bs, unique_group, topic)[0] == 200
+
+
+# ------------------------------------------------ adversary round 5
+def OFFSET_TAIL(n: int) -> int:  # librdkafka's RD_KAFKA_OFFSET_TAIL(n)
+    return -2000 - n
+
+
+def _group_ledger(bs: str, group: str, topic: str) -> Any:
+    from fastrebalance._planning import restore
+
+    from .helpers import group_metadata
+
+    offset, metadata = group_metadata(bs, group, topic)
+    child, child_metadata = group_metadata(bs, group + ".catchup", topic)
+    return restore(offset, metadata, child, child_metadata).ledger()
+
+
+def test_a_seek_to_offset_tail_claims_from_where_the_primary_landed(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Repro adv5-01: during a catch-up of [0, 3000), with backlog records handed out but
+    not processed, seek(OFFSET_TAIL(n)) lands the primary at 1000. Its run was recorded at
+    F (3000), so committing the primary's copy of 1100 claimed [0, 1100]. It starts at its
+    first record now: [1000, 1100] is claimed, nothing below."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    c = _regain(bs, unique_group, topic, 3000, 0)
+    try:
+        produce(bs, topic, 100, start=3000)
+        drain(c, lambda ms: sum(m.offset() < 3000 for m in ms) >= 1500)  # held, unprocessed
+        c.seek(TopicPartition(topic, 0, OFFSET_TAIL(3100 - 1000)))
+        got = drain(c, lambda ms: any(m.offset() == 1100 for m in ms))
+        mine = [m for m in got if 1000 <= m.offset() <= 1100]
+        assert min(m.offset() for m in mine) == 1000
+        c.commit(message=next(m for m in mine if m.offset() == 1100), asynchronous=False)
+        ledger = _group_ledger(bs, unique_group, topic)
+        wrong = [o for o in range(1000) if not ledger.unprocessed(o)]
+        assert not wrong, f"{len(wrong)} unprocessed records claimed: {wrong[:5]}"
+    finally:
+        c.close()
+
+
+def test_assign_at_offset_tail_keeps_the_pending_backlog(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Repro adv5-02: a pending backlog [0, n) in the token; the application assigns
+    OFFSET_TAIL(20). It was planned as an absolute start (0): the child was not started
+    and the first bare commit claimed the whole backlog. Now the backlog stays pending and
+    the child reads it, as with OFFSET_END."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    a = _regain(bs, unique_group, topic, 3000, 0)
+    produce(bs, topic, 150, start=3000)
+    got = drain(a, lambda ms: any(m.offset() >= 3000 for m in ms))
+    a.commit(message=next(m for m in got if m.offset() >= 3000), asynchronous=False)
+    a.close()  # a fresh record committed: the token holds the backlog below it
+    assert _group_ledger(bs, unique_group, topic).ranges, "precondition: a pending backlog"
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_TAIL(20))])
+        got = drain(c, lambda ms: sum(m.offset() >= 3130 for m in ms) >= 20)
+        handed = {m.offset() for m in got}
+        c.commit(asynchronous=False)  # claims what was handed out
+        ledger = _group_ledger(bs, unique_group, topic)
+        wrong = [o for o in range(3000) if not ledger.unprocessed(o) and o not in handed]
+        assert not wrong, f"{len(wrong)} backlog records never delivered claimed: {wrong[:5]}"
+        assert any(o < 3000 for o in handed) or c.catchup_status(), "the child never started"
+    finally:
+        c.close()
