@@ -1497,9 +1497,13 @@ class Consumer:
         # ours gives up after socket.timeout.ms
         budget = Budget(timeout if timeout is not None and timeout >= 0 else self._commit_timeout_s)
         keys = [_key(tp) for tp in partitions]
-        restored = self._planner.read_logs(keys, budget)
+        errors: dict[Key, TopicPartition] = {}
+        restored = self._planner.read_logs(keys, budget, errors)
         out = []
         for key in keys:
+            if key in errors:  # confluent-kafka's own answer, its error included
+                out.append(errors[key])
+                continue
             r = restored.get(key)
             safe = r.safe_offset if r is not None else None
             metadata = r.user_metadata if r is not None else ""

@@ -81,8 +81,15 @@ class Planner:
             out[key].watermarks = mark
         return out
 
-    def read_logs(self, keys: list[Key], budget: Budget) -> dict[Key, Restored]:
+    def read_logs(
+        self,
+        keys: list[Key],
+        budget: Budget,
+        errors: dict[Key, TopicPartition] | None = None,
+    ) -> dict[Key, Restored]:
         """What both commit logs say about ``keys``, merged as a restart merges them.
+        ``errors`` receives the group's answer for each partition the broker answered
+        with an error (an unknown topic or partition), as confluent-kafka returns it.
 
         Raises:
             KafkaException: the group's committed offsets could not be read (the child's
@@ -96,6 +103,8 @@ class Planner:
             max_seconds=budget.remaining(),
         )
         group = {(tp.topic, tp.partition): tp for tp in got}
+        if errors is not None:
+            errors.update({k: tp for k, tp in group.items() if tp.error is not None})
         tokens = [k for k, tp in group.items() if is_ours(tp.metadata)]
         checkpoints: dict[Key, TopicPartition] = {}
         if tokens:

@@ -5,7 +5,7 @@ The bounds (docs/design.md, "Time bounds"), with S = socket.timeout.ms:
 | call | bound on a hung broker |
 |---|---|
 | poll(t), consume(n, t) | t + what a rebalance served inside needs (planning: PLAN_BUDGET_S) |
-| commit(asynchronous=True) | immediate (a partition no longer assigned, or unplanned: S, read first) |
+| commit(asynchronous=True) | immediate (not assigned, or unplanned: S, read first) |
 | commit(asynchronous=False) | S, then KafkaException(_TIMED_OUT) |
 | committed(timeout) | timeout (S without one) |
 | assign(), incremental_assign() | PLAN_BUDGET_S |

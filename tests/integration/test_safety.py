@@ -878,3 +878,23 @@ def test_assign_at_offset_tail_keeps_the_pending_backlog(
         assert any(o < 3000 for o in handed) or c.catchup_status(), "the child never started"
     finally:
         c.close()
+
+
+def test_committed_reports_unknown_partitions_as_confluent_kafka(
+    kafka_cluster, topic_factory, unique_group
+):
+    """Repro adv5-04: committed() of a topic or partition the cluster does not know
+    returns -1001 with UNKNOWN_TOPIC_OR_PART, as confluent-kafka does (side by side),
+    not error=None, which reads as "never committed"."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    asked = [TopicPartition(f"{topic}-missing", 0), TopicPartition(topic, 7)]
+    answers = []
+    for mode in (False, True):
+        c = Consumer({**base_conf(bs, unique_group), "enable.parallel.rebalance": mode})
+        try:
+            got = c.committed(asked, timeout=10)
+        finally:
+            c.close()
+        answers.append([(tp.offset, tp.error and tp.error.code()) for tp in got])
+    assert answers[1] == answers[0], answers
+    assert all(code == KafkaError.UNKNOWN_TOPIC_OR_PART for _, code in answers[0]), answers
