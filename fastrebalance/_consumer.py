@@ -61,7 +61,6 @@ from ._transactions import OpenTransaction
 __all__ = ["CatchupStatus", "Consumer"]
 
 log = logging.getLogger("fastrebalance.consumer")
-_monotonic = time.monotonic  # a global lookup, not an attribute one, on the hot path
 
 Key = tuple[str, int]
 RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
@@ -113,11 +112,13 @@ def _socket_timeout_s(conf: dict[str, Any]) -> float:
         return 60.0
 
 
-def _rest(timeout: float | None, since: float) -> float | None:
-    """What is left of a poll()/consume() timeout that started at ``since``."""
-    if timeout is None or timeout < 0:
-        return None  # wait forever, as confluent-kafka does
-    return max(timeout - (_monotonic() - since), 0.0)
+def _after_a_slice(timeout: float) -> float:
+    """What is left of a timeout once a whole idle slice went by with nothing.
+
+    librdkafka's poll()/consume() come back empty only when their timeout is over (or
+    when a callback yields, earlier): so at most this much is left, never more, and the
+    hot path reads no clock to know it."""
+    return timeout if timeout < 0 else max(timeout - _IDLE_SLICE_S, 0.0)
 
 
 def _key(tp: TopicPartition) -> Key:
@@ -637,11 +638,8 @@ class Consumer:
                 # committed offset, a logical one) its first record. Not at 0: the
                 # group's log may hold a pending backlog this member cannot read now.
                 start = tp.offset if tp.offset >= 0 else UNKNOWN_START
-                self._assigned[key] = _Assigned(None, history.begin(start, start))
-                if start == UNKNOWN_START:
-                    self._unresolved.add(key)
-                continue
-            if (
+                floor = start
+            elif (
                 self._settings.transactional
                 and plan.ledger.position is None
                 and (plan.start is None or plan.start < 0)
@@ -650,13 +648,15 @@ class Consumer:
                 # its first record says where, which an abort must go back to (nothing
                 # else needs it: a first commit defines the group's offset whatever the
                 # start, so other modes keep the hot path meanwhile).
-                epoch = history.begin(UNKNOWN_START, UNKNOWN_START)
-                self._unresolved.add(key)
+                floor = start = UNKNOWN_START
             else:
-                epoch = history.begin(plan.floor, plan.run_start)
-                if epoch.unresolved:  # OFFSET_TAIL: its first record says where it starts
-                    self._unresolved.add(key)
-            self._assigned[key] = _Assigned(plan.ledger, epoch)
+                floor, start = plan.floor, plan.run_start  # OFFSET_TAIL: UNKNOWN_START
+            epoch = history.begin(floor, start)
+            if epoch.unresolved:  # its first record will say where it starts
+                self._unresolved.add(key)
+            self._assigned[key] = _Assigned(plan.ledger if plan is not None else None, epoch)
+            if plan is None:
+                continue
             first = plan.ledger.ranges.first()
             if first is not None and plan.run_start > first:
                 catchups.append((key, plan.ledger, epoch))
@@ -732,38 +732,33 @@ class Consumer:
         refusal must come before anything here changes (a partition retired while
         librdkafka keeps it would stop its catch-up and drop its commits), with the same
         error."""
-        current = {(tp.topic, tp.partition) for tp in self._primary.assignment()}
-        for tp in partitions:
-            if ((tp.topic, tp.partition) in current) is assigned:
-                what = (
-                    (KafkaError._CONFLICT, "is already part of the current assignment")
-                    if assigned
-                    else (
-                        KafkaError._INVALID_ARG,
-                        "can't be unassigned since it is not in the current assignment",
-                    )
-                )
-                raise KafkaException(KafkaError(what[0], f"{tp.topic} [{tp.partition}] {what[1]}"))
+        current = {_key(tp) for tp in self._primary.assignment()}
+        clash = next((tp for tp in partitions if (_key(tp) in current) is assigned), None)
+        if clash is None:
+            return
+        if assigned:
+            code, why = KafkaError._CONFLICT, "is already part of the current assignment"
+        else:
+            code = KafkaError._INVALID_ARG
+            why = "can't be unassigned since it is not in the current assignment"
+        raise KafkaException(KafkaError(code, f"{clash.topic} [{clash.partition}] {why}"))
 
     # -------------------------------------------------------------- reading
     def poll(self, timeout: float | None = None) -> Message | None:
         """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog."""
-        # The hot path: no range being read and no auto-commit due, which is every call
-        # in steady state: the primary's own poll() behind one flag (the auto-commit's
-        # timer clears it; no clock is read here) and the timeout's range. A longer wait
+        # The hot path: no range being read, nothing unresolved, no auto-commit due, which
+        # is every call in steady state: the primary's own poll() behind one flag (the
+        # auto-commit's timer clears it) in one frame, with no clock read. A longer wait
         # is cut into slices (a rebalance inside one may start a catch-up, whose records
         # must not wait for the rest of the user's timeout).
-        # One frame, no clock: a record ends the call at once, and librdkafka returns
-        # nothing only once the slice is over, so what is left is the timeout minus a
-        # slice (at most what is really left: never past the caller's timeout).
         if self._steady:
-            if timeout is not None and 0 <= timeout <= 0.2:  # _IDLE_SLICE_S
+            if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
                 return self._primary_poll(timeout)
-            m = self._primary_poll(0.2)
+            m = self._primary_poll(_IDLE_SLICE_S)
             if m is not None:
                 return m
-            if timeout is not None and timeout >= 0:
-                timeout = max(timeout - 0.2, 0.0)
+            if timeout is not None:
+                timeout = _after_a_slice(timeout)
         return self._poll_slow(timeout)
 
     def _poll_slow(self, timeout: float | None) -> Message | None:
@@ -824,11 +819,11 @@ class Consumer:
         if self._steady:
             if timeout is not None and 0 <= timeout <= _IDLE_SLICE_S:
                 return self._batch(num_messages, timeout)
-            since = _monotonic()
             msgs = self._batch(num_messages, _IDLE_SLICE_S)
             if msgs:
                 return msgs
-            timeout = _rest(timeout, since)  # type: ignore[assignment]
+            if timeout is not None:
+                timeout = _after_a_slice(timeout)
         return self._consume_slow(num_messages, timeout)
 
     def _batch(self, num: int, timeout: float) -> list[Message]:

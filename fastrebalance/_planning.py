@@ -102,8 +102,6 @@ def checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
 
 #: confluent-kafka's logical offsets, by value (this module imports nothing of Kafka's).
 OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, OFFSET_INVALID = -2, -1, -1000, -1001
-#: confluent_kafka.OFFSET_TAIL(n) is OFFSET_TAIL_BASE - n: n records before the log end
-OFFSET_TAIL_BASE = -2000
 
 
 @dataclass(frozen=True)

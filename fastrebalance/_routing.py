@@ -35,11 +35,12 @@ from ._ranges import RangeSet
 
 __all__ = ["UNKNOWN_START", "Claim", "Epoch", "History", "Run"]
 
-#: The start of a primary run not known yet: a partition assigned without a plan (its
-#: group offset could not be read) at an offset librdkafka resolves (the committed one,
-#: OFFSET_END, OFFSET_BEGINNING). Such a run holds nothing and claims nothing until its
-#: first record says where it starts (``Epoch.resolve``): claiming from 0, or from any
-#: guess, could claim a pending backlog that nobody read.
+#: The start of a primary run not known yet, wherever librdkafka alone knows where the
+#: primary lands: a partition assigned without a plan (its logs could not be read) at a
+#: logical offset, an OFFSET_TAIL(n) start or seek, a group that never committed in
+#: exactly-once mode. Such a run holds nothing and claims nothing until its first record
+#: says where it starts (``Epoch.resolve``): claiming from 0, or from any guess, could
+#: claim a pending backlog that nobody read.
 UNKNOWN_START = 1 << 62
 
 #: Assignments remembered per partition; older ones only keep what they delivered, so a

@@ -1459,24 +1459,25 @@ def _run(
         }
         high = {p: h for p, (_, h) in marks.items()}
 
-        progress = [-1]
-
-        def drained() -> bool:
+        def committed() -> list[int]:
+            """The group's committed offset per partition (-1: unknown or unreadable)."""
             try:
                 got = sampler.read_group()
             except KafkaException:
-                return False
-            progress[0] = sum(max(got.get(p, (-1, None))[0], 0) for p in high)
-            return all(got.get(p, (-1, None))[0] >= high[p] for p in high)
+                return [-1] * len(high)
+            return [got.get(p, (-1, None))[0] for p in high]
 
         # The drain fails when it stalls: no committed offset moved for drain_timeout_s.
         # A loaded machine drains slowly, not wrongly; a hard cap still ends a crawl.
         started = time.monotonic()
-        stalled_at, seen = started + s.drain_timeout_s, progress[0]
-        while not (ok := drained()):
-            now = time.monotonic()
-            if progress[0] > seen:
-                seen, stalled_at = progress[0], now + s.drain_timeout_s
+        stalled_at, seen = started + s.drain_timeout_s, -1
+        while True:
+            offsets = committed()
+            if ok := all(o >= high[p] for p, o in zip(high, offsets, strict=True)):
+                break
+            now, total = time.monotonic(), sum(max(o, 0) for o in offsets)
+            if total > seen:
+                seen, stalled_at = total, now + s.drain_timeout_s
             if now >= stalled_at or now >= started + DRAIN_CAP_FACTOR * s.drain_timeout_s:
                 break
             fleet.check_alive()

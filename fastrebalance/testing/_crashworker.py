@@ -56,6 +56,7 @@ watchdog thread the moment the signal arrives, naming the call under way and sin
 
 from __future__ import annotations
 
+import abc
 import argparse
 import bisect
 import contextlib
@@ -211,8 +212,8 @@ def _watch_for_sigterm(read_fd: int, phase: Phase) -> None:
             _emit("phase", phase=name, phase_t=since, bound=bound)
 
 
-class Worker:
-    """What both behaviours share: the consumer, the log, the callbacks, the shutdown."""
+class Worker(abc.ABC):
+    """What every behaviour shares: the consumer, the log, the callbacks, the shutdown."""
 
     mode = "inorder"
 
@@ -367,8 +368,9 @@ class Worker:
         )
 
     # -- the behaviour
+    @abc.abstractmethod
     def loop(self) -> None:
-        raise NotImplementedError
+        """Consume, process, commit until asked to stop: what each behaviour is."""
 
     def stopping(self) -> dict[str, Any]:
         """Finish what is held (the loop is left); what the "stopping" event reports."""
