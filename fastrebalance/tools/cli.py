@@ -426,6 +426,18 @@ def _number_list(
     return parse
 
 
+def _report(args: argparse.Namespace, tables: str, as_json: Callable[[], str]) -> None:
+    """A benchmark's tables on stdout, and in the files --markdown and --json name."""
+    print()
+    print(tables, flush=True)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(tables)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(as_json())
+
+
 def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .bench import BenchSettings
 
@@ -580,15 +592,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         command += f" --bootstrap-servers {settings.bootstrap_servers}"
     print(f"fastrebalance bench: {command}\n", flush=True)
     result = run_bench(settings, out=lambda line: print(line, flush=True))
-    tables = format_markdown(result, command)
-    print()
-    print(tables, flush=True)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(tables)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(result_json(result))
+    _report(args, format_markdown(result, command), lambda: result_json(result))
     if not args.no_plot and "recovery" in scenarios:
         written = write_plot(result, args.plot)
         if written:
@@ -744,15 +748,7 @@ def _cmd_bench_scale(args: argparse.Namespace) -> int:
         command += f" --bootstrap-servers {settings.bootstrap_servers}"
     print(f"fastrebalance bench-scale: {command}\n", flush=True)
     result = run_scale(settings, out=lambda line: print(line, flush=True))
-    tables = format_markdown(result, command)
-    print()
-    print(tables, flush=True)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(tables)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(result_json(result))
+    _report(args, format_markdown(result, command), lambda: result_json(result))
     requests_ok = targets(result)["no per-partition broker requests"][0] is not False
     tokens_ok = all(
         c.seed.tokens == c.partitions for c in result.cells if c.seed is not None
