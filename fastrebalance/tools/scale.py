@@ -852,10 +852,6 @@ def _seed(bootstrap: str, group: str, keys: Sequence[Key]) -> SeedResult:
     )
 
 
-def _quiet(_line: str) -> None:
-    pass
-
-
 def run_scale(
     settings: ScaleSettings | None = None,
     *,
@@ -874,7 +870,7 @@ def run_scale(
         RuntimeError, KafkaException: the cluster or a worker failed.
     """
     from ..testing import EmbeddedKafka, ExternalKafka
-    from .bench import _loadavg, machine_info
+    from .bench import _loadavg, _quiet, machine_info
 
     s = settings or ScaleSettings()
     emit = out or _quiet
