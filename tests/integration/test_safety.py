@@ -898,3 +898,49 @@ def test_committed_reports_unknown_partitions_as_confluent_kafka(
         answers.append([(tp.offset, tp.error and tp.error.code()) for tp in got])
     assert answers[1] == answers[0], answers
     assert all(code == KafkaError.UNKNOWN_TOPIC_OR_PART for _, code in answers[0]), answers
+
+
+def test_first_record_of_a_run_begun_inside_a_hot_path_call_places_the_run(
+    kafka_cluster, topic_factory, unique_group
+):
+    """The hot path hands the primary's record straight back. When a rebalance callback
+    inside that very call begins a run whose start is unknown (OFFSET_TAIL here), the
+    record it returns is the run's first: it must still say where the run starts, or
+    the run is placed one record late and that record is never credited (a commit of it
+    claims nothing; the group redelivers it after every restart)."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    a = _regain(bs, unique_group, topic, 3000, 0)
+    produce(bs, topic, 150, start=3000)
+    got = drain(a, lambda ms: any(m.offset() >= 3000 for m in ms))
+    a.commit(message=next(m for m in got if m.offset() >= 3000), asynchronous=False)
+    a.close()
+    c = Consumer(base_conf(bs, unique_group))
+    raw_poll = c._primary_poll
+    calls = 0
+
+    def poll_with_a_rebalance_inside(timeout: float) -> Any:
+        # what librdkafka does when the group's assignment arrives inside poll(): the
+        # rebalance callback runs on this thread, then the same call returns a record
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            c.assign([TopicPartition(topic, 0, OFFSET_TAIL(20))])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                m = raw_poll(1.0)
+                if m is not None and m.error() is None:
+                    return m
+            raise AssertionError("no record after the assignment")
+        return raw_poll(timeout)
+
+    c._primary_poll = poll_with_a_rebalance_inside
+    try:
+        assert c._steady, "precondition: the call takes the hot path"
+        first = c.poll(1.0)
+        assert first is not None and first.offset() == 3130, first
+        c.commit(message=first, asynchronous=False)
+        ledger = _group_ledger(bs, unique_group, topic)
+        assert not ledger.unprocessed(3130), "the run's first record, committed, not credited"
+        assert ledger.unprocessed(0), "the pending backlog is still pending"
+    finally:
+        c.close()
