@@ -97,6 +97,8 @@ THROUGHPUT_FETCH_BACKOFF_MS = 10
 #: The steady-state runs time the loop over a queue librdkafka has already filled: they
 #: wait this long after the first record, with a queue that holds the whole topic.
 PREFETCH_S = 3.0
+#: Records each variant reads in its turn of the steady-state run (see _worker_throughput).
+BLOCK = 10_000
 PREFETCH_KBYTES = 1_000_000
 PREFETCH_MESSAGES = 10_000_000
 #: A worker that has not answered this long after its run timeout is killed.
@@ -325,29 +327,29 @@ def _worker_recovery(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _worker_throughput(spec: dict[str, Any]) -> dict[str, Any]:
-    """Read ``records`` records as fast as the loop goes; time first to last record.
+    """Every variant in one process, each with its own group over the whole topic,
+    read in turns of ``BLOCK`` records: the time of each variant's loop, first record
+    excluded.
+
+    Why one process and turns: run one after another in their own processes, the same
+    bound method (raw, and mode off, which *is* confluent-kafka's) measured 0.86M and
+    1.34M records/s minutes apart, a spread wider than the overhead measured. In turns
+    a few milliseconds long, whatever the machine does (other load, clock speed, cache
+    state of librdkafka's queues) falls on every variant alike: two raw handles read
+    that way agreed within 2% in each of three runs. Mode off, confluent-kafka's own
+    bound methods, is that control in every run of the benchmark.
 
     The loop body is the least an application does (skip errors, count), so the
     library's own per-call cost is as visible as it can be. Joining the group is not
-    timed: it is the same for every variant and is not throughput.
-
-    ``fetch.queue.backoff.ms`` is 10 ms here, for every variant: with librdkafka's
-    default (1000 ms) the fetcher stops once ~100k records are queued and looks again
-    only a second later, so a consume() loop, which empties that queue in ~0.1 s,
-    stalls for most of that second or not at all depending on timing: the same
-    variant measured 1.3M records/s in one run and 250k/s in the next. That measures
-    librdkafka's prefetch, not the loop; at 10 ms every run measures the loop.
-
-    Even so the fetcher could be the bottleneck: the same bound method (raw, and mode
-    off, which *is* confluent-kafka's) measured 0.78M and 1.18M records/s in two runs of
-    one session. So the queue is filled first: after the first record the worker sleeps
-    PREFETCH_S while librdkafka fetches every record into its queue (sized to hold them
-    all), and the timed loop is the consumer's per-call cost alone, the cost this
-    library adds to.
+    timed. ``fetch.queue.backoff.ms`` is 10 ms for every variant, and the turns begin
+    once librdkafka has fetched the whole topic into every handle's queue (sized to
+    hold it, PREFETCH_S per handle): what is timed is the per-call cost, the cost this
+    library adds to, and not librdkafka's prefetch (with its default backoff of 1000 ms
+    the fetcher pauses once ~100k records are queued, which a consume() loop empties
+    in ~0.1 s).
     """
     conf = {
         "bootstrap.servers": spec["bootstrap"],
-        "group.id": spec["group"],
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": FETCH_WAIT_MS,
         "session.timeout.ms": SESSION_TIMEOUT_MS,
@@ -355,47 +357,68 @@ def _worker_throughput(spec: dict[str, Any]) -> dict[str, Any]:
         "queued.max.messages.kbytes": PREFETCH_KBYTES,
         "queued.min.messages": PREFETCH_MESSAGES,
     }
-    consumer = _make_consumer(spec["variant"], conf)
-    want: int = spec["records"]
+    variants: list[str] = spec["variants"]
+    want: int = spec["records"] - 1  # each handle's first record is not timed
     timeout: float = spec["poll_timeout_s"]
     deadline = time.monotonic() + spec["run_timeout_s"]
-    n = 0
-    first = last = 0.0
+    consumers: dict[str, Any] = {}
+    read = dict.fromkeys(variants, 0)
+    seconds = dict.fromkeys(variants, 0.0)
     try:
-        consumer.subscribe([spec["topic"]])
-        # the first record, untimed: it waits for the join and the first fetch
-        while n == 0:
+        for v in variants:
+            consumers[v] = _make_consumer(v, {**conf, "group.id": spec["groups"][v]})
+            consumers[v].subscribe([spec["topic"]])
+        for v in variants:  # the first record: it waits for the join and the first fetch
+            while True:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{v}: no record within the run timeout")
+                m = consumers[v].poll(timeout)
+                if m is not None and m.error() is None:
+                    break
+        time.sleep(spec.get("prefetch_s", PREFETCH_S) * len(variants))
+        turn = 0
+        while any(read[v] < want for v in variants):
             if time.monotonic() > deadline:
-                raise RuntimeError("no record within the run timeout")
-            m = consumer.poll(timeout)
-            if m is not None and m.error() is None:
-                n = 1
-        time.sleep(spec.get("prefetch_s", PREFETCH_S))  # the fetcher fills the queue
-        first = time.perf_counter()
-        if spec["loop"] == "poll":
-            poll = consumer.poll
-            while n < want:
-                m = poll(timeout)
-                if m is None:
-                    if time.monotonic() > deadline:
-                        break
-                    continue
+                break
+            for v in _alternate(variants, turn):
+                n = min(BLOCK, want - read[v])
+                if n > 0:
+                    began = time.perf_counter()
+                    got = _read_block(consumers[v], spec["loop"], n, timeout, deadline)
+                    seconds[v] += time.perf_counter() - began
+                    read[v] += got
+            turn += 1
+    finally:
+        for c in consumers.values():
+            c.close()
+    return {"variants": {v: {"records": read[v], "seconds": seconds[v]} for v in variants}}
+
+
+def _read_block(consumer: Any, loop: str, want: int, timeout: float, deadline: float) -> int:
+    """``want`` records through ``consumer``'s poll() or consume() loop; fewer only
+    past the deadline."""
+    n = 0
+    if loop == "poll":
+        poll = consumer.poll
+        while n < want:
+            m = poll(timeout)
+            if m is None:
+                if time.monotonic() > deadline:
+                    break
+                continue
+            if m.error() is None:
+                n += 1
+    else:
+        consume = consumer.consume
+        while n < want:
+            # never ask past the last record: that call would wait out its timeout
+            msgs = consume(min(CONSUME_BATCH, want - n), timeout)
+            if not msgs and time.monotonic() > deadline:
+                break
+            for m in msgs:
                 if m.error() is None:
                     n += 1
-        else:
-            consume = consumer.consume
-            while n < want:
-                # never ask past the last record: that call would wait out its timeout
-                msgs = consume(min(CONSUME_BATCH, want - n), timeout)
-                if not msgs and time.monotonic() > deadline:
-                    break
-                for m in msgs:
-                    if m.error() is None:
-                        n += 1
-        last = time.perf_counter()
-    finally:
-        consumer.close()
-    return {"records": n - 1, "seconds": last - first}
+    return n
 
 
 def _worker_main() -> int:
@@ -501,30 +524,32 @@ def run_bench(
                     f" {s.throughput_records:,} records; each run reads what the log holds"
                 )
             want = min(s.throughput_records, throughput_log)
-            turn = 0
             for rep in range(s.steady_reps):
                 for loop in LOOPS:
-                    for variant in _alternate(VARIANTS, turn):
-                        spec = {
-                            "kind": "throughput",
-                            "bootstrap": bootstrap,
-                            "topic": steady_topic,
-                            "group": group(f"tp-{loop}-{variant.replace(' ', '')}-{rep}"),
-                            "variant": variant,
-                            "loop": loop,
-                            "records": want,
-                            "poll_timeout_s": s.poll_timeout_s,
-                            "run_timeout_s": s.run_timeout_s,
-                        }
-                        got = _spawn(spec, s.run_timeout_s + _WORKER_GRACE_S)
-                        run = ThroughputRun(loop, variant, rep, got["records"], got["seconds"])
+                    spec = {
+                        "kind": "throughput",
+                        "bootstrap": bootstrap,
+                        "topic": steady_topic,
+                        "groups": {
+                            v: group(f"tp-{loop}-{v.replace(' ', '')}-{rep}") for v in VARIANTS
+                        },
+                        "variants": _alternate(VARIANTS, rep),
+                        "loop": loop,
+                        "records": want,
+                        "poll_timeout_s": s.poll_timeout_s,
+                        "run_timeout_s": s.run_timeout_s,
+                    }
+                    got = _spawn(spec, s.run_timeout_s + _WORKER_GRACE_S)["variants"]
+                    for variant in VARIANTS:
+                        run = ThroughputRun(
+                            loop, variant, rep, got[variant]["records"], got[variant]["seconds"]
+                        )
                         throughput.append(run)
                         emit(
                             f"[steady {rep + 1}/{s.steady_reps}] {loop:7} {variant:8}"
                             f" {run.per_s:>10,.0f} records/s ({run.records:,} in"
                             f" {run.seconds:.2f} s)"
                         )
-                    turn += 1
 
         if "recovery" in s.scenarios:
             cluster.create_topic(recovery_topic, s.partitions)
@@ -851,15 +876,17 @@ def _throughput_table(result: BenchResult) -> list[str]:
         "",
         "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x."
         " Ratios: the median over the repetitions of the ratio within one repetition."
-        " Each run: a new group reading the topic from the start (no committed offset:"
-        " no catch-up), one process per run, timed from its first record to its last;"
-        " the loop only skips errors and counts. fetch.queue.backoff.ms="
-        f"{THROUGHPUT_FETCH_BACKOFF_MS} for every variant: with the default (1000) the"
-        " loop waits on librdkafka's prefetch, not on the code under test. And the"
-        f" loop starts {PREFETCH_S:g} s after the first record, once librdkafka has"
-        " fetched the whole topic into its queue: what is timed is the per-call cost of"
-        " the consumer, fetching excluded (with fetching in it, raw and mode off, the"
-        " same bound method, differed by 1.5x between two runs).",
+        " Each repetition is one process holding the three variants, each a new group"
+        " reading the whole topic from the start (no committed offset: no catch-up),"
+        f" read in turns of {BLOCK:,} records, the first variant rotating: what the"
+        " machine does meanwhile falls on all three alike (run in separate processes,"
+        " the same bound method measured 0.86M and 1.34M records/s minutes apart)."
+        " Mode off is confluent-kafka's own bound methods: its ratio shows the noise"
+        " left. The loop only skips errors and counts. fetch.queue.backoff.ms="
+        f"{THROUGHPUT_FETCH_BACKOFF_MS} for every variant, and the turns begin"
+        f" {PREFETCH_S:g} s per handle after the first records, once librdkafka has"
+        " fetched the whole topic into every queue: what is timed is the per-call cost"
+        " of the consumer, fetching excluded.",
         "",
     ]
     return lines
