@@ -150,6 +150,14 @@ class _Cursor:
         self.retry_at = 0.0  # paused until then after such a reset
 
 
+def _record(moved: dict[Key, _Cursor]) -> None:
+    """Tell each moved cursor's run the records it handed out (up to ``pos``)."""
+    for cur in moved.values():
+        cur.run.handed(cur.pos - 1)
+        cur.resets = 0
+    moved.clear()
+
+
 class Child:
     def __init__(
         self,
@@ -358,12 +366,18 @@ class Child:
         return self._accept(msgs) if msgs else msgs
 
     def _accept(self, msgs: list[Message]) -> list[Message]:
-        """Keep the records inside the current piece of each partition's range."""
+        """Keep the records inside the current piece of each partition's range.
+
+        Per record only the cursor moves; its run learns what was handed out once per
+        partition per batch (``_record``), before anything that reads or moves the run.
+        Three Python calls per record were a third of the drain at no work per record."""
         out = []
         cursors = self._cursors
+        moved: dict[Key, _Cursor] = {}  # cursors whose run has not seen their last records
         for m in msgs:
             err = m.error()
             if err is not None:
+                _record(moved)
                 self._on_error(m, err)
                 continue
             # a record (not an event): topic, partition and offset are all set
@@ -377,16 +391,18 @@ class Child:
             if o >= cur.end:
                 # past the piece: records of another stream, or offsets with no record
                 # (transaction markers, compaction) ate the end of the piece
+                _record(moved)
                 nxt = self._next_piece(key, cur, o)
                 if nxt is None or not (nxt.pos <= o < nxt.end):
                     continue
                 cur = nxt
             cur.pos = o + 1
-            cur.run.handed(o)
-            cur.resets = 0
+            moved[key] = cur
             out.append(m)
             if cur.pos >= cur.end:
+                _record(moved)
                 self._next_piece(key, cur, cur.pos)
+        _record(moved)
         self.records_delivered += len(out)
         return out
 

@@ -75,6 +75,9 @@ _SLICE_S = 0.01
 _IDLE_SLICE_S = 0.2
 #: How long close() serves the group for its revoke before closing the handles.
 _REVOKE_WAIT_S = 10.0
+#: ...in slices this long: librdkafka's poll() does not return once it served the revoke,
+#: so a slice is what close() takes at least (50 ms made close() 50x plain's).
+_REVOKE_SLICE_S = 0.01
 #: How often a catch-up publishes its metrics snapshot (fastrebalance.metrics), seconds.
 _PUBLISH_S = 1.0
 
@@ -1659,7 +1662,7 @@ class Consumer:
             self._primary.unsubscribe()
             deadline = time.monotonic() + _REVOKE_WAIT_S
             while self._assigned and time.monotonic() < deadline:
-                self._primary.poll(0.05)
+                self._primary.poll(_REVOKE_SLICE_S)
         except (KafkaException, RuntimeError) as exc:
             log.warning("leaving the group before close() failed: %s", exc)
         finally:
