@@ -852,6 +852,17 @@ def test_a_seek_to_offset_tail_claims_from_where_the_primary_landed(
         c.close()
 
 
+def _leave_a_pending_backlog(bs: str, group: str, topic: str) -> None:
+    """The group's token holds [0, 3000) pending, 150 fresh records above it: a member
+    skipped the backlog, committed a fresh record and left (3150 records in the log)."""
+    a = _regain(bs, group, topic, 3000, 0)
+    produce(bs, topic, 150, start=3000)
+    got = drain(a, lambda ms: any(m.offset() >= 3000 for m in ms))
+    a.commit(message=next(m for m in got if m.offset() >= 3000), asynchronous=False)
+    a.close()  # a fresh record committed: the token holds the backlog below it
+    assert _group_ledger(bs, group, topic).ranges, "precondition: a pending backlog"
+
+
 def test_assign_at_offset_tail_keeps_the_pending_backlog(
     kafka_cluster, topic_factory, unique_group
 ):
@@ -860,12 +871,7 @@ def test_assign_at_offset_tail_keeps_the_pending_backlog(
     and the first bare commit claimed the whole backlog. Now the backlog stays pending and
     the child reads it, as with OFFSET_END."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    a = _regain(bs, unique_group, topic, 3000, 0)
-    produce(bs, topic, 150, start=3000)
-    got = drain(a, lambda ms: any(m.offset() >= 3000 for m in ms))
-    a.commit(message=next(m for m in got if m.offset() >= 3000), asynchronous=False)
-    a.close()  # a fresh record committed: the token holds the backlog below it
-    assert _group_ledger(bs, unique_group, topic).ranges, "precondition: a pending backlog"
+    _leave_a_pending_backlog(bs, unique_group, topic)
     c = Consumer(base_conf(bs, unique_group))
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_TAIL(20))])
@@ -909,11 +915,7 @@ def test_first_record_of_a_run_begun_inside_a_hot_path_call_places_the_run(
     the run is placed one record late and that record is never credited (a commit of it
     claims nothing; the group redelivers it after every restart)."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    a = _regain(bs, unique_group, topic, 3000, 0)
-    produce(bs, topic, 150, start=3000)
-    got = drain(a, lambda ms: any(m.offset() >= 3000 for m in ms))
-    a.commit(message=next(m for m in got if m.offset() >= 3000), asynchronous=False)
-    a.close()
+    _leave_a_pending_backlog(bs, unique_group, topic)
     c = Consumer(base_conf(bs, unique_group))
     raw_poll = c._primary_poll
     calls = 0
