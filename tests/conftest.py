@@ -11,7 +11,12 @@ from uuid import uuid4
 
 import pytest
 
-from fastrebalance.testing import KafkaCluster, open_test_cluster, transactions_supported
+from fastrebalance.testing import (
+    KafkaCluster,
+    kip848_supported,
+    open_test_cluster,
+    transactions_supported,
+)
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +53,29 @@ def transactional_cluster(kafka_cluster: KafkaCluster) -> KafkaCluster:
     if not ok:
         pytest.skip(why)
     return kafka_cluster
+
+
+@pytest.fixture(scope="session")
+def kip848(kafka_cluster: KafkaCluster) -> tuple[bool, str]:
+    """Whether this cluster serves KIP-848 to librdkafka, and why not (asked once)."""
+    return kip848_supported(kafka_cluster)
+
+
+@pytest.fixture
+def kip848_cluster(kafka_cluster: KafkaCluster, kip848: tuple[bool, str]) -> KafkaCluster:
+    """The session's cluster, if ``group.protocol=consumer`` works on it; skip otherwise
+    (Apache Kafka 3.9 serves librdkafka no KIP-848: the embedded cluster and Kafka 4.x do)."""
+    if not kip848[0]:
+        pytest.skip(kip848[1])
+    return kafka_cluster
+
+
+@pytest.fixture(autouse=True)
+def _kip848_cases_need_kip848(request: pytest.FixtureRequest) -> None:
+    """A case parametrized with ``protocol="kip848-consumer"`` skips where KIP-848 is not
+    served, with the reason; every other case runs as written."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("protocol") == "kip848-consumer":
+        supported, why = request.getfixturevalue("kip848")
+        if not supported:
+            pytest.skip(why)

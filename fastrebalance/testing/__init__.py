@@ -4,22 +4,30 @@
 but the confluent-kafka wheel, so tests run on machines without Docker or a broker.
 """
 
+from fastrebalance.testing._apache import ApacheKafka
 from fastrebalance.testing._clusters import (
     DockerKafka,
     ExternalKafka,
     KafkaCluster,
+    OwnCluster,
     docker_available,
+    kip848_supported,
+    open_own_cluster,
     open_test_cluster,
     transactions_supported,
 )
 from fastrebalance.testing._embedded import EmbeddedKafka
 
 __all__ = [
+    "ApacheKafka",
     "DockerKafka",
     "EmbeddedKafka",
     "ExternalKafka",
     "KafkaCluster",
+    "OwnCluster",
     "docker_available",
+    "kip848_supported",
+    "open_own_cluster",
     "open_test_cluster",
     "transactions_supported",
 ]

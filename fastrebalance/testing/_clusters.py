@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import uuid
 import warnings
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -13,11 +15,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
+from fastrebalance.testing._apache import ApacheKafka, kafka_home
 from fastrebalance.testing._embedded import EmbeddedKafka, wait_for_partitions
 
-ClusterKind = Literal["embedded", "docker", "external"]
+ClusterKind = Literal["embedded", "docker", "external", "apache"]
 
 BOOTSTRAP_ENV = "FASTREBALANCE_TEST_BOOTSTRAP"
+#: A cluster a test may pause and take down (``open_own_cluster()``).
+OwnCluster = EmbeddedKafka | ApacheKafka
 DOCKER_ENV = "FASTREBALANCE_TEST_DOCKER"
 
 
@@ -183,6 +188,59 @@ def transactions_supported(cluster: KafkaCluster, timeout: float = 20.0) -> tupl
             "mock cluster acknowledges TxnOffsetCommit and drops it)"
         )
     return True, "offsets committed in a transaction are stored"
+
+
+def open_own_cluster() -> OwnCluster:
+    """A cluster of one test module's own, which it may pause or take down.
+
+    When the suite runs against a real broker (``FASTREBALANCE_TEST_BOOTSTRAP``) and a Kafka
+    distribution is at hand (``FASTREBALANCE_KAFKA_HOME``, or ``../shared/kafka`` beside the
+    checkout), a real Apache Kafka on a free port, so that the faults hit the broker users run;
+    otherwise the embedded cluster, as on a fresh clone.
+    """
+    if os.environ.get(BOOTSTRAP_ENV, "").strip() and kafka_home() is not None:
+        return ApacheKafka()
+    return EmbeddedKafka()
+
+
+def kip848_supported(cluster: KafkaCluster, timeout: float = 10.0) -> tuple[bool, str]:
+    """Whether librdkafka can use ``group.protocol=consumer`` (KIP-848) on ``cluster``.
+
+    librdkafka needs ConsumerGroupHeartbeat v1, which Apache Kafka serves from 4.0 (3.9 has
+    only v0: a member then never gets an assignment, and nothing reports an error). The broker's
+    ApiVersions answer tells it, read from librdkafka's own feature log.
+    """
+    lines: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(f"fastrebalance.probe.{uuid.uuid4().hex[:8]}")
+    logger.addHandler(_Keep())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    conf: dict[str, Any] = {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "debug": "feature",
+        "logger": logger,
+    }
+    admin = AdminClient(conf)
+    admin.list_topics(timeout=timeout)
+    admin.poll(0.2)
+    versions = [
+        int(m.group(1))
+        for line in lines
+        if (m := re.search(r"ConsumerGroupHeartbeat \(68\) Versions \d+\.\.(\d+)", line))
+    ]
+    if not versions:
+        return False, "the cluster serves no ConsumerGroupHeartbeat: KIP-848 is not available"
+    if max(versions) < 1:
+        return False, (
+            "KIP-848 (group.protocol=consumer) with librdkafka needs ConsumerGroupHeartbeat v1,"
+            " served from Apache Kafka 4.0; this cluster serves v0 only (Kafka 3.x)"
+        )
+    return True, "the cluster serves ConsumerGroupHeartbeat v1"
 
 
 def open_test_cluster() -> KafkaCluster:

@@ -15,8 +15,11 @@ import time
 from types import TracebackType
 from typing import IO, Any, Literal
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    OffsetSpec,
+)
 
 _SERVER_MODULE = "fastrebalance.testing._mockcluster"
 # The directory holding the ``fastrebalance`` package this module came from, so the server runs
@@ -27,7 +30,7 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 def wait_for_partitions(
     admin: AdminClient, topic: str, partitions: int, timeout: float = 10.0
 ) -> None:
-    """Block until metadata shows ``topic`` with ``partitions`` partitions.
+    """Block until metadata shows ``topic`` with ``partitions`` partitions, each with a leader.
 
     A created topic is not usable until the brokers advertise it; tests that produce right
     after creating would otherwise race the metadata propagation on real clusters.
@@ -39,8 +42,22 @@ def wait_for_partitions(
         try:
             found = admin.list_topics(topic, timeout=max(remaining, 0.1)).topics.get(topic)
             if found is not None and found.error is None and len(found.partitions) == partitions:
-                return
-            seen = "absent" if found is None else f"{len(found.partitions)} partitions"
+                # a real broker advertises a partition before it has elected its leader;
+                # until then produce and ListOffsets fail (NOT_LEADER_FOR_PARTITION)
+                leaderless = [p for p, m in found.partitions.items() if m.leader < 0]
+                if not leaderless:
+                    # ... and a KRaft broker serves a partition only once it has applied
+                    # the leadership record it advertises: ListOffsets says when
+                    unserved = _unserved(admin, topic, partitions, max(remaining, 0.1))
+                    if not unserved:
+                        return
+                    seen = f"ListOffsets fails for partitions {unserved[:5]}"
+                else:
+                    seen = f"no leader yet for partitions {sorted(leaderless)[:5]}"
+            elif found is None:
+                seen = "absent"
+            else:
+                seen = f"{len(found.partitions)} partitions"
             if found is not None and found.error is not None:
                 seen = f"error {found.error}"
         except KafkaException as exc:
@@ -51,6 +68,19 @@ def wait_for_partitions(
                 f" (last seen: {seen})"
             )
         time.sleep(0.05)
+
+
+def _unserved(admin: AdminClient, topic: str, partitions: int, timeout: float) -> list[int]:
+    """The partitions of ``topic`` whose log end cannot be read yet."""
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    asked = {TopicPartition(topic, p): latest for p in range(partitions)}
+    failed = []
+    for tp, future in admin.list_offsets(asked, request_timeout=timeout).items():
+        try:
+            future.result(timeout)
+        except KafkaException:
+            failed.append(tp.partition)
+    return sorted(failed)
 
 
 def _process_state(pid: int) -> str | None:

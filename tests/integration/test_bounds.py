@@ -12,9 +12,10 @@ The bounds (docs/design.md, "Time bounds"), with S = socket.timeout.ms:
 | unassign(), store_offsets(), seek(), pause(), resume(), position() | immediate |
 | close() | 2 S (+ _REVOKE_WAIT_S for a subscribed member) |
 
-The broker is SIGSTOPped (``EmbeddedKafka.pause()``): connections stay open and nothing is
-answered, the worst kind of outage for a client. Bounds are asserted with a generous
-margin (a loaded machine), and every elapsed time is printed side by side with its bound.
+The broker, one of these tests' own (``open_own_cluster``), is SIGSTOPped (``pause()``):
+connections stay open and nothing is answered, the worst kind of outage for a client. Bounds
+are asserted with a generous margin (a loaded machine), and every elapsed time is printed side
+by side with its bound.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from fastrebalance import Consumer, TopicPartition
-from fastrebalance.testing import EmbeddedKafka
+from fastrebalance.testing import OwnCluster, kip848_supported, open_own_cluster
 
 from .helpers import base_conf, drain, produce, timed
 
@@ -38,9 +39,9 @@ SLACK = 3.0  # a loaded machine
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[EmbeddedKafka]:
+def cluster() -> Iterator[OwnCluster]:
     """A cluster of these tests' own: pausing it disturbs nobody else."""
-    k = EmbeddedKafka()
+    k = open_own_cluster()
     try:
         yield k
     finally:
@@ -50,7 +51,7 @@ def cluster() -> Iterator[EmbeddedKafka]:
 
 
 
-def _catching_up(cluster: EmbeddedKafka, group: str, **extra: Any) -> tuple[Consumer, str, Any]:
+def _catching_up(cluster: OwnCluster, group: str, **extra: Any) -> tuple[Consumer, str, Any]:
     """Crash with 0 committed, log end 3000: a consumer catching up, a fresh record and a
     backlog record in hand."""
     bs = cluster.bootstrap_servers
@@ -69,7 +70,7 @@ def _catching_up(cluster: EmbeddedKafka, group: str, **extra: Any) -> tuple[Cons
     return c, topic, got
 
 
-def test_every_call_is_bounded_on_a_hung_broker(cluster: EmbeddedKafka, unique_group: str):
+def test_every_call_is_bounded_on_a_hung_broker(cluster: OwnCluster, unique_group: str):
     c, topic, got = _catching_up(cluster, unique_group, **{"enable.auto.commit": True})
     fresh = max(got, key=lambda m: m.offset())
     backlog = min(got, key=lambda m: m.offset())
@@ -122,7 +123,7 @@ def test_every_call_is_bounded_on_a_hung_broker(cluster: EmbeddedKafka, unique_g
 
 
 def test_planning_on_a_hung_broker_is_bounded(
-    cluster: EmbeddedKafka, unique_group: str, monkeypatch: pytest.MonkeyPatch
+    cluster: OwnCluster, unique_group: str, monkeypatch: pytest.MonkeyPatch
 ):
     """assign() plans inside the call (a rebalance: inside poll()): one budget for all of
     its round trips; the partition then resumes at its committed offset, skipping nothing."""
@@ -151,7 +152,54 @@ def test_planning_on_a_hung_broker_is_bounded(
         c.close()
 
 
-def test_close_of_a_subscribed_member_is_bounded(cluster: EmbeddedKafka, unique_group: str):
+def test_exactly_once_defers_what_it_cannot_plan_on_a_hung_broker(
+    cluster: OwnCluster, unique_group: str
+):
+    """Exactly-once never starts a partition it could not plan: resuming at the committed
+    offset (the safe one, below processed records whose output exists) would write their
+    output twice. assign() on a hung broker returns after the short exactly-once budget;
+    the partition stays paused and nothing of it is handed out; once the broker answers, a
+    later call plans it: fresh records first, the backlog by the child, from where the
+    logs say."""
+    from fastrebalance._consumer import _EOS_PLAN_S
+
+    bs = cluster.bootstrap_servers
+    topic = f"bounds-eos-{unique_group}"
+    cluster.create_topic(topic, 1)
+    produce(bs, topic, 120)
+    seed = Consumer(base_conf(bs, unique_group))
+    seed.assign([TopicPartition(topic, 0, 70)])
+    seed.commit(offsets=[TopicPartition(topic, 0, 70)], asynchronous=False)
+    seed.close()
+    eos = {
+        "parallel.rebalance.transactional": True,
+        "isolation.level": "read_committed",
+        "socket.timeout.ms": int(S * 1000),
+    }
+    c = Consumer(base_conf(bs, unique_group, **eos))
+    try:
+        cluster.pause()
+        try:
+            elapsed, outcome = timed(lambda: c.assign([TopicPartition(topic, 0)]))
+            print(f"\nassign() on a hung broker (exactly-once): {elapsed:.2f}s")
+            assert outcome is None and elapsed < _EOS_PLAN_S + SLACK, (elapsed, outcome)
+            assert (topic, 0) in c._deferred and c.catchup_status() == {}
+            elapsed, outcome = timed(lambda: c.consume(10, 1.0))
+            assert outcome == [] and elapsed < 1.0 + 2 + SLACK, (elapsed, outcome)
+        finally:
+            cluster.resume()
+        produce(bs, topic, 10, start=120)
+        got = drain(c, lambda ms: {m.offset() for m in ms} >= set(range(70, 130)), timeout=60)
+        offsets = [m.offset() for m in got]
+        assert min(offsets) == 70 and len(offsets) == len(set(offsets)), offsets
+        # planned once the broker answered: the backlog up to the log end then
+        ((start, end),) = c.catchup_status()[(topic, 0)].pending_ranges
+        assert start == 70 and end >= 120, (start, end)
+    finally:
+        c.close()
+
+
+def test_close_of_a_subscribed_member_is_bounded(cluster: OwnCluster, unique_group: str):
     """close() of a group member leaves the group and serves its revoke (which commits)
     before librdkafka's close(): bounded by _REVOKE_WAIT_S and twice S on a hung broker."""
     from fastrebalance._consumer import _REVOKE_WAIT_S
@@ -174,7 +222,7 @@ def test_close_of_a_subscribed_member_is_bounded(cluster: EmbeddedKafka, unique_
 
 
 def test_an_unplanned_partition_claims_only_what_its_primary_handed_out(
-    cluster: EmbeddedKafka, unique_group: str, monkeypatch: pytest.MonkeyPatch
+    cluster: OwnCluster, unique_group: str, monkeypatch: pytest.MonkeyPatch
 ):
     """Repro adv3-01: a partition assigned at the application's own logical start while
     the broker hangs past the planning budget is not planned (its token cannot be read).
@@ -219,12 +267,15 @@ def test_an_unplanned_partition_claims_only_what_its_primary_handed_out(
         b.close()
 
 
-def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: EmbeddedKafka):
+def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: OwnCluster):
     """Repro adv3-02: under KIP-848 an assignment reaches a member that is not polling
     (another member left); close() serves it while leaving and must not spend the
     planning budget on a hung broker for partitions it gives back at once."""
     from fastrebalance._consumer import _REVOKE_WAIT_S
 
+    supported, why = kip848_supported(cluster)
+    if not supported:
+        pytest.skip(why)
     bs = cluster.bootstrap_servers
     group = f"g-close-plan-{time.monotonic_ns()}"
     topic = f"bounds-close-plan-{group}"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from fastrebalance.testing._chaos import ALL_FAULTS, KILL_FAULTS
+from fastrebalance.testing._chaos import ALL_FAULTS, BROKER_FAULTS, KILL_FAULTS
 
 from .test_chaos import current_test, every_fault_settings, run_and_check
 from .test_crash_sigkill import sigkill_settings
@@ -45,15 +45,17 @@ def test_chaos_every_fault_loses_nothing_on_a_loaded_machine(
     result = run_and_check(
         settings, kafka_cluster, "FASTREBALANCE_CHAOS_SEED", f"{__file__}::{current_test()}"
     )
-    kinds = [k for k in ALL_FAULTS if k != "broker_pause" or hasattr(kafka_cluster, "pause")]
+    kinds = [
+        k for k in ALL_FAULTS if k not in BROKER_FAULTS or hasattr(kafka_cluster, BROKER_FAULTS[k])
+    ]
     assert set(result.faults) == set(kinds), result.faults
 
 
 def test_sigkill_chaos_kip848_loses_nothing_on_a_loaded_machine(
-    kafka_cluster: Any, tmp_path: Path
+    kip848_cluster: Any, tmp_path: Path
 ) -> None:
     settings = sigkill_settings(tmp_path, duration_s=20.0, every_fault=True, cpu_hog=CPU_HOG)
     result = run_and_check(
-        settings, kafka_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
+        settings, kip848_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
     )
     assert set(result.faults) == set(KILL_FAULTS), result.faults

@@ -51,9 +51,9 @@ def sigkill_settings(tmp_path: Path, **overrides: Any) -> ChaosSettings:
     return settings
 
 
-def test_sigkill_chaos_kip848_loses_nothing(kafka_cluster: Any, tmp_path: Path) -> None:
+def test_sigkill_chaos_kip848_loses_nothing(kip848_cluster: Any, tmp_path: Path) -> None:
     settings = sigkill_settings(tmp_path)
     result = run_and_check(
-        settings, kafka_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
+        settings, kip848_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
     )
     assert set(result.faults) <= set(KILL_FAULTS)

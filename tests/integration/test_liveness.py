@@ -32,7 +32,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from fastrebalance import Consumer, TopicPartition
-from fastrebalance.testing import EmbeddedKafka
+from fastrebalance.testing import OwnCluster, open_own_cluster
 
 from .helpers import base_conf, group_offsets, produce
 
@@ -149,9 +149,9 @@ def test_catchup_ending_in_a_transaction_marker_ends(
 
 # ----------------------------------------------------------- hung or unreachable broker
 @pytest.fixture(scope="module")
-def own_cluster() -> Iterator[EmbeddedKafka]:
+def own_cluster() -> Iterator[OwnCluster]:
     """A cluster these tests may pause and take down without disturbing the others."""
-    cluster = EmbeddedKafka()
+    cluster = open_own_cluster()
     try:
         yield cluster
     finally:
@@ -161,7 +161,7 @@ def own_cluster() -> Iterator[EmbeddedKafka]:
 
 
 @pytest.fixture
-def broker(own_cluster: EmbeddedKafka) -> Iterator[EmbeddedKafka]:
+def broker(own_cluster: OwnCluster) -> Iterator[OwnCluster]:
     try:
         yield own_cluster
     finally:  # whatever the test did, hand the next one a healthy broker
@@ -195,7 +195,7 @@ HUNG_WAIT_S = 30.0  # how long the test waits before calling it a hang
 
 
 def test_poll_returns_on_a_hung_broker_after_unsubscribe(
-    broker: EmbeddedKafka, unique_group: str
+    broker: OwnCluster, unique_group: str
 ) -> None:
     """unsubscribe() with the broker hung: the next poll(1.0) runs on_revoke, whose
     auto-commit must not hold it (confluent-kafka's own poll(1.0) returns in ~1 s)."""
@@ -289,7 +289,7 @@ BACKLOG = 5000
 
 
 def test_child_restart_during_a_broker_outage_resumes_the_catchup(
-    broker: EmbeddedKafka, unique_group: str
+    broker: OwnCluster, unique_group: str
 ) -> None:
     """Manual assignment, 5000-record backlog, the child reading; the broker goes away and
     the child crashes. poll() must not raise meanwhile, and once the broker is back the

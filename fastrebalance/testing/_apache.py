@@ -1,0 +1,196 @@
+"""A real Apache Kafka broker of a test's own, started from a local Kafka distribution.
+
+The suite runs against a real broker with ``FASTREBALANCE_TEST_BOOTSTRAP``, but a test that
+pauses or stops the broker must not do it to the one every other test shares. Such a test gets
+a broker of its own: this one when a Kafka distribution with the project's ``kafka-up`` /
+``kafka-down`` scripts is at hand (``FASTREBALANCE_KAFKA_HOME``, or ``../shared/kafka`` beside
+the checkout), on a free port, with its data in a temporary folder.
+
+It offers what the embedded cluster offers for fault injection, with real-broker meaning:
+``pause()``/``resume()`` SIGSTOP and SIGCONT the broker's JVM (connections stay open, nothing is
+answered), ``broker_down()``/``broker_up()`` stop it and start it again on the same data (clients
+see refused connections meanwhile).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from confluent_kafka.admin import AdminClient
+
+__all__ = ["KAFKA_HOME_ENV", "ApacheKafka", "kafka_home"]
+
+KAFKA_HOME_ENV = "FASTREBALANCE_KAFKA_HOME"
+
+# fastrebalance/testing/_apache.py -> the checkout's parent, where ``shared/`` lies in this
+# project's layout
+_BESIDE_CHECKOUT = Path(__file__).resolve().parents[3] / "shared" / "kafka"
+
+
+def kafka_home() -> Path | None:
+    """The Kafka distribution to start brokers from, or None when there is none at hand."""
+    raw = os.environ.get(KAFKA_HOME_ENV, "").strip()
+    candidates = [Path(raw)] if raw else [_BESIDE_CHECKOUT]
+    for home in candidates:
+        if (home / "bin" / "kafka-up").is_file() and shutil.which("java"):
+            return home
+    return None
+
+
+def _free_port_pair() -> int:
+    """A port P with P+1 free too (kafka-up puts the KRaft controller on P+1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port >= 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+
+
+def _process_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+class ApacheKafka:
+    """A single-node Apache Kafka (KRaft) started with ``kafka-up``; ``close()`` wipes it."""
+
+    kind: Literal["apache"] = "apache"
+
+    def __init__(self, home: Path | None = None, *, timeout: float = 30.0) -> None:
+        found = home or kafka_home()
+        if found is None:
+            raise RuntimeError(
+                f"no Kafka distribution: set {KAFKA_HOME_ENV} to a folder with bin/kafka-up"
+            )
+        self.home = found
+        self.timeout = timeout
+        self.port = _free_port_pair()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"fastrebalance-kafka-{self.port}-"))
+        self._lock = threading.Lock()
+        self._paused = False
+        self._closed = False
+        self._admin: AdminClient | None = None
+        self.bootstrap_servers = self._up()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _script(self, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.home / "bin" / name), str(self.port), str(self.dir), *extra],
+            capture_output=True,
+            text=True,
+            timeout=self.timeout + 60,
+            check=False,
+        )
+
+    def _up(self) -> str:
+        done = self._script("kafka-up")
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-up failed on port {self.port}: {done.stderr.strip()}")
+        return done.stdout.strip().splitlines()[-1]
+
+    @property
+    def pid(self) -> int:
+        return int((self.dir / "broker.pid").read_text().strip())
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        return self._admin
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        from fastrebalance.testing._clusters import _admin_create_topic
+
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        _admin_create_topic(self._admin_client(), name, partitions, 1, self.timeout)
+
+    # -- faults -------------------------------------------------------------------------
+    def pause(self) -> None:
+        """SIGSTOP the broker: connections stay open but nothing is answered."""
+        with self._lock:
+            pid = self.pid
+            os.kill(pid, signal.SIGSTOP)
+            self._paused = True
+            deadline = time.monotonic() + 2.0
+            while _process_state(pid) not in ("T", None) and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+    def resume(self) -> None:
+        with self._lock:
+            if self._paused:
+                os.kill(self.pid, signal.SIGCONT)
+                self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def broker_down(self, broker_id: int = 1) -> None:
+        """Stop the broker (its data stays): clients get refused connections."""
+        del broker_id  # one broker
+        with self._lock:
+            if self._paused:
+                os.kill(self.pid, signal.SIGCONT)
+                self._paused = False
+            self._admin = None  # or it logs refused connections until the broker is back
+            if (self.dir / "broker.pid").exists():
+                self._script("kafka-down")
+
+    def broker_up(self, broker_id: int = 1) -> None:
+        """Start the broker again on the same data, if it is down; returns once it serves."""
+        del broker_id
+        with self._lock:
+            if not (self.dir / "broker.pid").exists():
+                self._up()
+
+    def restart(self) -> None:
+        """Stop the broker and start it again on its data (see broker_down/broker_up)."""
+        self.broker_down()
+        self.broker_up()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._admin = None
+            if self._paused:
+                os.kill(self.pid, signal.SIGCONT)
+            self._script("kafka-down", "--wipe")
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ApacheKafka:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "paused" if self._paused else "running"
+        return f"ApacheKafka(bootstrap_servers={self.bootstrap_servers!r}, {state})"
