@@ -66,6 +66,12 @@ _RESET_BACKOFF_MAX_S = 30.0
 _RESTART_BACKOFF_S = 1.0
 #: Out-of-range answers in a row for one offset inside the log before it is reported.
 _RESETS_REPORTED = 3
+#: Errors (through error_cb) meaning a partition being read may have stopped existing.
+_UNKNOWN_CODES = (
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
 #: Commit errors meaning that the catch-up group has members of its own.
 _MEMBERS_ERRORS = (
     KafkaError.UNKNOWN_MEMBER_ID,
@@ -73,7 +79,6 @@ _MEMBERS_ERRORS = (
     KafkaError.REBALANCE_IN_PROGRESS,
     KafkaError.FENCED_INSTANCE_ID,
 )
-
 
 
 def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
@@ -178,6 +183,9 @@ class Child:
         self._backoff: dict[Key, _Cursor] = {}  # waiting out a reset loop
         self._closed = False
         self._needs_restart = False
+        # librdkafka said a partition or topic is unknown (deleted?): the next consume()
+        # looks at the metadata of the topics being read (set by error_cb, same thread)
+        self._check_topics = False
         self._warned_foreign = False
         self._restart_at = 0.0
         self._restart_wait = _RESTART_BACKOFF_S
@@ -218,6 +226,8 @@ class Child:
             def error_cb(err: KafkaError) -> None:
                 if err.fatal():
                     self._needs_restart = True
+                if err.code() in _UNKNOWN_CODES:
+                    self._check_topics = True
                 if user_error_cb is not None:
                     user_error_cb(err)
 
@@ -320,6 +330,10 @@ class Child:
                 cur.run = cur.epoch.child_run(piece[0])
                 self._seek(key, piece[0])
 
+    def is_paused(self, key: Key) -> bool:
+        """The application paused ``key`` (and has not resumed it)."""
+        return key in self._paused
+
     def pause(self, keys: Iterable[Key]) -> None:
         mine = []
         for k in keys:
@@ -354,6 +368,8 @@ class Child:
             self.restart()
             if self._needs_restart:
                 return []
+        if self._check_topics:
+            self._stop_vanished()
         try:
             msgs = self.handle().consume(num, timeout)
         except RuntimeError:  # the handle died under us: a child crash
@@ -533,6 +549,36 @@ class Child:
                 if key not in self._paused:
                     self.handle().resume([TopicPartition(key[0], key[1])])
                 self._seek(key, cur.pos)
+
+    def _stop_vanished(self) -> None:
+        """Stop reading partitions that no longer exist (their topic was deleted).
+
+        librdkafka reports them only through error_cb and keeps the partition assigned,
+        fetching nothing: without this the catch-up would wait for ever, silently. What the
+        child had not read stays pending (nothing is claimed), and it says so; a later
+        assignment plans the partition again if it comes back."""
+        self._check_topics = False
+        for topic in sorted({k[0] for k in self._cursors}):
+            try:
+                md = self.handle().list_topics(topic, timeout=min(self._timeout, 5.0))
+            except KafkaException as exc:
+                log.warning("child consumer: no metadata for %s (%s)", topic, exc)
+                self._check_topics = True  # ask again on a later call
+                continue
+            meta = md.topics.get(topic)
+            known = set() if meta is None or meta.error is not None else set(meta.partitions)
+            for key, cur in list(self._cursors.items()):
+                if key[0] != topic or key[1] in known:
+                    continue
+                msg = (
+                    f"{key[0]} [{key[1]}] no longer exists (topic deleted?): the catch-up "
+                    f"consumer stops reading it; offsets [{cur.pos}, {cur.end}) and any later "
+                    "pending range stay pending (never claimed processed)"
+                )
+                log.error(msg)
+                if self._report is not None:
+                    self._report(KafkaError(KafkaError._UNKNOWN_PARTITION, msg))
+                self.stop([key])
 
     def _beyond_log_end(self, key: Key, cur: _Cursor, high: int) -> None:
         """The range lies past the log end: the topic was deleted and recreated, or an

@@ -219,8 +219,28 @@ class BenchResult:
 
     @property
     def ok(self) -> bool:
-        """Every run delivered every record (the benchmark doubles as a loss check)."""
-        return self.lost == 0 and not any(r.result.timed_out for r in self.recovery)
+        """Every run delivered every record (the benchmark doubles as a loss check), and
+        the check had something to check: nothing failed to produce, every restart that
+        asked for a backlog had one and saw fresh records."""
+        return not self.problems()
+
+    def problems(self) -> list[str]:
+        """Why the run cannot be trusted; empty when it can (a loss check that passes
+        over empty runs proves nothing)."""
+        out = []
+        if self.lost:
+            out.append(f"{self.lost:,} records lost")
+        if any(r.result.timed_out for r in self.recovery):
+            out.append("a run timed out")
+        if self.produce_failures:
+            out.append(f"{self.produce_failures:,} records failed to produce")
+        empty = [r for r in self.recovery if r.asked and r.prepared <= 0]
+        if empty:
+            out.append(f"{len(empty)} restart(s) asked for a backlog and found none")
+        unfed = [r for r in self.recovery if r.result.fresh_records == 0]
+        if self.recovery and unfed:
+            out.append(f"{len(unfed)} restart(s) saw no fresh record")
+        return out
 
 
 # ------------------------------------------------------------------ machine
@@ -918,9 +938,14 @@ def format_markdown(result: BenchResult, command: str | None = None) -> str:
     for note in result.notes:
         lines.append(f"Note: {note}")
     if result.recovery:
+        problems = result.problems()
         lines.append(
             f"Loss check: {result.lost:,} records lost over {len(result.recovery)} restarts"
-            + (" (every run delivered every record)." if result.ok else " — CHECK FAILED.")
+            + (
+                " (every run delivered every record)."
+                if not problems
+                else " — CHECK FAILED: " + "; ".join(problems) + "."
+            )
         )
     return "\n".join(lines).rstrip() + "\n"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,17 @@ def test_bench_smoke(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
     assert "### Recovery" in report and "### Steady state" in report, report
     assert "Loss check: 0 records lost" in report, report
     assert "drain fastrebalance ÷ plain tuned" in report, report
+
+    # the check fails loudly over runs that could not show a loss (issue 20: "0 lost" was
+    # printed over a table of empty runs when the producer failed)
+    for broken, why in (
+        (replace(result, produce_failures=3), "3 records failed to produce"),
+        (
+            replace(result, recovery=tuple(replace(r, prepared=0) for r in result.recovery)),
+            "asked for a backlog and found none",
+        ),
+    ):
+        assert not broken.ok and why in format_markdown(broken, "broken"), why
 
     png = tmp_path / "latency.png"
     if importlib.util.find_spec("matplotlib") is None:
