@@ -86,6 +86,9 @@ class ParallelConfig:
     incremental: bool = False
     #: exactly-once: nothing is written to either log outside a producer transaction
     transactional: bool = False
+    #: where auto.offset.reset puts a partition with no committed offset, as a logical
+    #: offset to seek to (OFFSET_BEGINNING -2 or OFFSET_END -1)
+    reset_offset: int = -1
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -193,11 +196,19 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         auto_offset_store=_librdkafka_bool(rest, "enable.auto.offset.store", True),
         incremental=protocol == "consumer" or "cooperative" in strategy,
         transactional=transactional,
+        reset_offset=_reset_offset(rest.get("auto.offset.reset", "latest")),
     )
     # librdkafka's auto-commit would store the primary's position, past the backlog:
     # we commit ourselves, on the same schedule, with the safe offset and a token.
     rest["enable.auto.commit"] = False
     return settings, rest
+
+
+def _reset_offset(policy: Any) -> int:
+    """auto.offset.reset as a logical offset (librdkafka validates the value itself;
+    ``error`` has no offset to seek to: the log end, where a plain consumer would wait)."""
+    early = ("smallest", "earliest", "beginning")
+    return -2 if str(policy).strip().lower() in early else -1
 
 
 def _int_passthrough(conf: Mapping[str, Any], key: str, default: int) -> int:

@@ -80,6 +80,15 @@ _REVOKE_WAIT_S = 10.0
 _REVOKE_SLICE_S = 0.01
 #: How often a catch-up publishes its metrics snapshot (fastrebalance.metrics), seconds.
 _PUBLISH_S = 1.0
+#: Exactly-once: how long planning inside the rebalance callback may wait for the commit
+#: logs before the partitions are deferred (assigned paused, planned by later calls). An
+#: open transaction holding offsets for the group (a dead producer's until its
+#: transaction.timeout.ms, or this member's own) makes the read wait until it ends.
+_EOS_PLAN_S = 2.0
+#: ...then each later attempt gets this long, doubling up to _DEFERRED_MAX_S, as does the
+#: pause between attempts: a deferred partition costs its member at most a share of its time.
+_DEFERRED_FIRST_S = 0.25
+_DEFERRED_MAX_S = 2.0
 
 _PASSTHROUGH = (
     "assign", "assignment", "close", "cluster_id", "commit", "committed", "consume",
@@ -205,10 +214,15 @@ class Consumer:
         self._in_transit: Counter[tuple[str, int, int]] = Counter()
         self._transit_lock = threading.Lock()
         self._published: dict[str, Any] = {}  # metrics_snapshot(): nothing with the mode off
-        # Exactly-once: the open transaction's claims (applied once it commits), and the
-        # stale catch-up checkpoints the next transaction must clear.
-        self._txn: OpenTransaction | None = None
+        # Exactly-once: each open transaction's claims, by its producer (applied once it
+        # commits), and the stale catch-up checkpoints the next transaction must clear.
+        self._txns: dict[int, OpenTransaction] = {}
         self._txn_retire: dict[Key, TopicPartition] = {}
+        # Exactly-once: assigned partitions not planned yet (their commit logs could not be
+        # read), paused in the primary, with the offset the assignment asked for.
+        self._deferred: dict[Key, int] = {}
+        self._deferred_at = 0.0  # the next attempt to plan them, and the attempts so far
+        self._deferred_tries = 0
         if not self._settings.enabled:
             # The primary handle: the user's group member. Owner: the user's thread.
             self._primary = _RdConsumer(primary_conf)
@@ -530,6 +544,9 @@ class Consumer:
         """The partitions leave the assignment: freeze what the primary handed out (their
         history stays, for late commits), stop the child, and never return their records
         from the call under way."""
+        keys = list(keys)
+        for k in keys:
+            self._deferred.pop(k, None)  # never planned, nothing handed out
         keys = [k for k in keys if k in self._assigned]
         if not keys:
             return
@@ -553,7 +570,14 @@ class Consumer:
             # it terminates) and spend close()'s bound. Nothing is read, so nothing is
             # planned: nothing is handed out before the revoke either.
             return {}
-        self._plan_budget = Budget(PLAN_BUDGET_S)
+        if self._settings.transactional:
+            # A partition this member's own open transaction sent offsets for cannot be
+            # read (the broker answers UNSTABLE_OFFSET_COMMIT until it ends): deferred
+            # without a try, so that the application can end the transaction meanwhile.
+            partitions = [tp for tp in partitions if not self._in_open_txn(_key(tp))]
+            self._plan_budget = Budget(_EOS_PLAN_S)
+        else:
+            self._plan_budget = Budget(PLAN_BUDGET_S)
         return self._planner.read(partitions, self._plan_budget)
 
     def _plan(self, key: Key, reading: Reading, requested: int) -> Plan | None:
@@ -590,7 +614,19 @@ class Consumer:
                 high,
                 restored.position,
             )
-        plan = plan_assignment(restored, low, high, self._settings.lag_threshold, requested)
+        exact = self._settings.metadata_max_bytes if self._settings.transactional else None
+        plan = plan_assignment(
+            restored, low, high, self._settings.lag_threshold, requested, exact_token_bytes=exact
+        )
+        if plan.declined is not None:
+            log.warning(
+                "%s [%d]: no catch-up this time: one more pending range would not fit the "
+                "range token (%d bytes, parallel.rebalance.metadata.max.bytes), and "
+                "exactly-once cannot coalesce it; the primary reads [%d, %d) in order",
+                *key,
+                self._settings.metadata_max_bytes,
+                *plan.declined,
+            )
         for start, end in plan.deleted:
             self._report_deleted(key[0], key[1], start, end)
         if plan.caught_up is not None:
@@ -614,12 +650,20 @@ class Consumer:
         began = time.monotonic()
         readings = self._read(list(partitions))
         read_s = time.monotonic() - began
-        plans: dict[Key, Plan | None] = {}
+        plans: dict[Key, tuple[Plan | None, int]] = {}
+        deferred: list[TopicPartition] = []
         starts = []
         for tp in partitions:
             key = _key(tp)
             plan = self._plan(key, readings.get(key, Reading(None)), tp.offset)
-            plans[key] = plan
+            if plan is None and self._settings.transactional:
+                # Exactly-once never reads a partition it could not plan (the committed
+                # offset alone is the safe one, below records whose output exists): it
+                # waits, paused, where it can fetch nothing it could hand out.
+                deferred.append(tp)
+                starts.append(TopicPartition(tp.topic, tp.partition, OFFSET_END))
+                continue
+            plans[key] = (plan, tp.offset)
             start = tp.offset if plan is None or plan.start is None else plan.start
             starts.append(TopicPartition(tp.topic, tp.partition, start))
         # Before the primary's assignment changes, close the epochs it ends: what the
@@ -628,11 +672,27 @@ class Consumer:
         if incremental:
             self._primary.incremental_assign(starts)
         else:
-            self._retire(list(self._assigned))
+            self._retire([*self._assigned, *self._deferred])
             self._primary.assign(starts)
+        if deferred:
+            self._defer(deferred)
+        self._open(plans)
+        if self._in_rebalance:
+            self._assigned_in_callback = True
+        self._last_plan = {
+            "partitions": len(partitions),
+            "seconds": time.monotonic() - began,
+            "read_seconds": read_s,
+        }
+        self._publish()
+
+    def _open(self, plans: dict[Key, tuple[Plan | None, int]]) -> None:
+        """Open the epochs of partitions the primary now reads (assigned, or a deferred
+        one just planned and sought), with each plan's ledger; start their catch-ups."""
+        assert self._child is not None
         added: dict[Key, tuple[int, int]] = {}
         catchups: list[tuple[Key, Ledger, Epoch]] = []
-        for key, plan in plans.items():
+        for key, (plan, requested) in plans.items():
             history = self._history.setdefault(key, History())
             self._revoked_in_call.discard(key)
             if plan is None:
@@ -640,7 +700,7 @@ class Consumer:
                 # begins where the primary starts: the application's offset, else (the
                 # committed offset, a logical one) its first record. Not at 0: the
                 # group's log may hold a pending backlog this member cannot read now.
-                start = tp.offset if tp.offset >= 0 else UNKNOWN_START
+                start = requested if requested >= 0 else UNKNOWN_START
                 floor = start
             elif (
                 self._settings.transactional
@@ -676,15 +736,68 @@ class Consumer:
             if self._settings.transactional:
                 self._txn_retire.update({_key(tp): tp for tp in retired})
         self._note_stale_positions(list(plans))
-        if self._in_rebalance:
-            self._assigned_in_callback = True
         self._recheck()
-        self._last_plan = {
-            "partitions": len(partitions),
-            "seconds": time.monotonic() - began,
-            "read_seconds": read_s,
-        }
-        self._publish()
+
+    # ------------------------------------------------- exactly-once: deferred plans
+    def _defer(self, tps: list[TopicPartition]) -> None:
+        """Exactly-once: hold partitions whose commit logs could not be read, paused, until
+        a later poll()/consume() can plan them (``_plan_deferred``).
+
+        An unplanned partition would resume at the committed offset, which this library
+        makes the *safe* offset (the first pending backlog record): the fresh records
+        above it whose output is already committed would be processed again. Reading what
+        the logs say is the only exact start, and it waits for any open transaction that
+        holds offsets for the group: plain confluent-kafka waits for it the same way (its
+        offset fetch asks for stable offsets under read_committed)."""
+        for tp in tps:
+            self._deferred[_key(tp)] = tp.offset
+        self._primary.pause([TopicPartition(tp.topic, tp.partition) for tp in tps])
+        self._deferred_tries = 0
+        self._deferred_at = time.monotonic() + _DEFERRED_FIRST_S
+        log.warning(
+            "%d partition(s) not planned yet (the commit logs could not be read within "
+            "%.1fs; an open transaction holding offsets for the group makes the broker "
+            "wait for it): they stay paused until planned, e.g. %s",
+            len(tps),
+            _EOS_PLAN_S,
+            [f"{tp.topic} [{tp.partition}]" for tp in tps[:3]],
+        )
+
+    def _plan_deferred(self) -> None:
+        """Try once more to plan the deferred partitions; open those it can."""
+        assert self._child is not None
+        wait = min(_DEFERRED_FIRST_S * 2**self._deferred_tries, _DEFERRED_MAX_S)
+        self._deferred_tries += 1
+        keys = [k for k in self._deferred if not self._in_open_txn(k)]
+        readings: dict[Key, Reading] = {}
+        if keys:
+            self._plan_budget = Budget(wait)
+            readings = self._planner.read([TopicPartition(*k) for k in keys], self._plan_budget)
+        plans: dict[Key, tuple[Plan | None, int]] = {}
+        for key in keys:
+            requested = self._deferred[key]
+            plan = self._plan(key, readings.get(key, Reading(None)), requested)
+            if plan is None:
+                continue
+            target = plan.start if plan.start is not None else self._settings.reset_offset
+            try:
+                self._primary.seek(_tp(key, target))
+            except KafkaException as exc:
+                log.warning("%s [%d]: planned, but the seek failed (%s): retrying", *key, exc)
+                continue
+            del self._deferred[key]
+            plans[key] = (plan, requested)
+        if plans:
+            self._open(plans)
+            self._primary.resume(
+                [TopicPartition(*k) for k in plans if not self._child.is_paused(k)]
+            )
+            log.info("%d deferred partition(s) planned", len(plans))
+            self._publish()
+        self._deferred_at = time.monotonic() + wait
+
+    def _in_open_txn(self, key: Key) -> bool:
+        return any(key in txn.claims for txn in self._txns.values())
 
     def _note_stale_positions(self, keys: list[Key]) -> None:
         """Right after assign(), librdkafka's position() may still report where the
@@ -795,13 +908,15 @@ class Consumer:
                 self._tick_auto_commit()
             if now - self._published_at >= _PUBLISH_S:
                 self._publish()
+            if self._deferred and now >= self._deferred_at:
+                self._plan_deferred()
             if child.active:
                 if self._fair >= CHILD_SHARE:
                     got = child.consume(1)
                     if got:
                         self._fair = 0
                         return got[0]
-                m = self._primary.poll(0)
+                m = self._admit(self._primary.poll(0))
                 if m is not None:
                     self._fair += 1
                     if self._unresolved:
@@ -819,7 +934,7 @@ class Consumer:
                 if remaining <= 0:
                     return None
                 wait = min(wait, remaining)
-            m = self._primary.poll(wait)
+            m = self._admit(self._primary.poll(wait))
             if m is not None:
                 self._fair += 1
                 if self._unresolved:
@@ -854,9 +969,19 @@ class Consumer:
         if self._revoked_in_call:
             gone, self._revoked_in_call = self._revoked_in_call, set()
             msgs = [m for m in msgs if (m.topic(), m.partition()) not in gone]
+        if self._deferred:
+            msgs = [m for m in msgs if (m.topic(), m.partition()) not in self._deferred]
         if self._unresolved:
             self._resolve(msgs)
         return msgs
+
+    def _admit(self, m: Message | None) -> Message | None:
+        """A record of the primary's, unless it belongs to a deferred partition (paused
+        at once, so nothing should come; whatever does is not handed out: nothing of the
+        partition is until it is planned and sought)."""
+        if m is not None and self._deferred and (m.topic(), m.partition()) in self._deferred:
+            return None
+        return m
 
     def _resolve(self, msgs: list[Message]) -> None:
         """The first record of an unplanned partition's primary run is where its stream
@@ -892,6 +1017,8 @@ class Consumer:
                 self._tick_auto_commit()
             if now - self._published_at >= _PUBLISH_S:
                 self._publish()
+            if self._deferred and now >= self._deferred_at:
+                self._plan_deferred()
             if child.active:
                 # One call on the primary (which may run a rebalance callback), then the
                 # child's: never back to the primary while records are held for the batch.
@@ -1208,13 +1335,9 @@ class Consumer:
                     "transactions",
                 )
             )
-        txn = self._txn
-        if txn is None or txn.producer is not producer:
-            if txn is not None:
-                # another producer: that transaction is gone (the application replaced a
-                # failed producer); its records come again
-                self._rewind_to_ledgers()
-            txn = self._txn = OpenTransaction(producer)
+        txn = self._txns.get(id(producer))
+        if txn is None:
+            txn = OpenTransaction(producer)
         changes = self._changes(messages, offsets)
         group_offsets: list[TopicPartition] = []
         child_offsets: dict[Key, TopicPartition] = {}
@@ -1222,11 +1345,25 @@ class Consumer:
         for key, change in changes.items():
             a = self._assigned.get(key)
             if a is None:
+                why = (
+                    "is not planned yet (its commit logs could not be read: an open "
+                    "transaction holds offsets for the group), so nothing of it was handed out"
+                    if key in self._deferred
+                    else "is not assigned to this member: its records belong to its new "
+                    "owner (commit the transaction in on_revoke)"
+                )
+                raise KafkaException(KafkaError(KafkaError._STATE, f"{key[0]} [{key[1]}] {why}"))
+            other = next(
+                (t for t in self._txns.values() if t is not txn and key in t.claims), None
+            )
+            if other is not None:
                 raise KafkaException(
                     KafkaError(
                         KafkaError._STATE,
-                        f"{key[0]} [{key[1]}] is not assigned to this member: its records "
-                        "belong to its new owner (commit the transaction in on_revoke)",
+                        f"{key[0]} [{key[1]}] has offsets in another open transaction (another "
+                        "producer's): two transactions claiming records of one partition "
+                        "cannot both be exact. Commit or abort that one first "
+                        "(abort_transaction() also forgets a producer that failed fatally)",
                     )
                 )
             if a.ledger is None:
@@ -1271,10 +1408,13 @@ class Consumer:
         for key, ledger, change in staged:
             txn.stage(key, ledger, change)
         txn.retired.update(child_offsets)
+        self._txns[id(producer)] = txn
 
     def commit_transaction(self, producer: Any, timeout: float | None = None) -> None:
         """``producer.commit_transaction()``; once it returns, the claims sent with
-        :meth:`send_offsets_to_transaction` are processed for this consumer too.
+        :meth:`send_offsets_to_transaction` through that producer are processed for this
+        consumer too (each producer's transaction is its own: several may be open at once,
+        on different partitions).
 
         Raises:
             KafkaException: what the producer raised. Retriable: call again. Abortable:
@@ -1284,8 +1424,8 @@ class Consumer:
             producer.commit_transaction()
         else:
             producer.commit_transaction(timeout)
-        txn, self._txn = self._txn, None
-        if txn is None or txn.producer is not producer:
+        txn = self._txns.pop(id(producer), None)
+        if txn is None:
             return
         txn.settle()
         for key in txn.retired:
@@ -1294,34 +1434,54 @@ class Consumer:
 
     def abort_transaction(self, producer: Any, timeout: float | None = None) -> None:
         """``producer.abort_transaction()``, then every record the transaction did not
-        commit is delivered again: each assigned partition's primary is sought back to
-        the first record it has not committed, and the child re-reads the backlog still
-        pending. (With confluent-kafka alone, the application seeks to the committed
-        offsets; with two streams that would re-read processed backlog records.)"""
+        commit is delivered again: the partitions it claimed (or, if it claimed none yet,
+        every partition no other open transaction claims) have their primary sought back
+        to the first record not committed, and the child re-reads their pending backlog.
+        (With confluent-kafka alone, the application seeks to the committed offsets; with
+        two streams that would re-read processed backlog records.)
+
+        The transaction is forgotten here even when the producer's abort fails: a producer
+        that failed fatally cannot abort, and its transaction will never commit (the broker
+        aborts it when it times out, or when the next producer with its transactional.id
+        starts); its records are delivered again all the same.
+        """
+        if self._child is None:
+            self._abort_plain(producer, timeout)
+            return
+        txn = self._txns.pop(id(producer), None)
+        try:
+            if timeout is None:
+                producer.abort_transaction()
+            else:
+                producer.abort_transaction(timeout)
+        finally:
+            if txn is not None and txn.claims:
+                keys = list(txn.claims)
+            else:
+                keys = [k for k in self._assigned if not self._in_open_txn(k)]
+            self._rewind_to_ledgers(keys)
+
+    def _abort_plain(self, producer: Any, timeout: float | None) -> None:
+        """Mode off: as Apache Kafka's exactly-once example, back to the committed offsets,
+        and to the beginning where the group never committed (where this consumer began is
+        not recorded with the mode off)."""
         if timeout is None:
             producer.abort_transaction()
         else:
             producer.abort_transaction(timeout)
-        self._txn = None
-        if self._child is None:
-            # As Apache Kafka's exactly-once example: back to the committed offsets, and
-            # to the beginning where the group never committed (where this consumer began
-            # is not recorded with the mode off).
-            tps = self._primary.committed(self._primary.assignment(), timeout=30.0)
-            for tp in tps:
-                if tp.offset < 0:
-                    tp.offset = OFFSET_BEGINNING
-                self._primary.seek(tp)
-            return
-        self._rewind_to_ledgers()
+        tps = self._primary.committed(self._primary.assignment(), timeout=30.0)
+        for tp in tps:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+            self._primary.seek(tp)
 
-    def _rewind_to_ledgers(self) -> None:
+    def _rewind_to_ledgers(self, keys: list[Key]) -> None:
         """Deliver again what the ledgers do not count processed (an aborted or lost
         transaction): the primary from its ledger's position, the child from the first
         pending piece. With nothing committed (or the logs unread), the primary goes back
         to its first record of this assignment: nothing before it was handed out."""
         assert self._child is not None
-        keys = list(self._assigned)
+        keys = [k for k in keys if k in self._assigned]
         self._observe(keys)
         for key in keys:
             a = self._assigned[key]
@@ -1532,6 +1692,11 @@ class Consumer:
         backlog records (they come twice) and claims them only once re-delivered; a
         forward seek skips fresh records as a plain consumer's does."""
         key = _key(partition)
+        if key in self._deferred:
+            # not planned yet: the seek is where its plan will start (the application's
+            # own start, as in assign())
+            self._deferred[key] = partition.offset
+            return
         a = self._assigned.get(key)
         if a is not None:
             self._observe([key])
@@ -1565,7 +1730,9 @@ class Consumer:
         self._child.pause([_key(tp) for tp in partitions])
 
     def resume(self, partitions: list[TopicPartition]) -> None:
-        self._primary.resume(partitions)
+        # a deferred partition stays paused until it is planned (then resumed, unless
+        # the application paused it meanwhile)
+        self._primary.resume([tp for tp in partitions if _key(tp) not in self._deferred])
         assert self._child is not None
         self._child.resume([_key(tp) for tp in partitions])
 

@@ -17,8 +17,11 @@ from ._routing import UNKNOWN_START
 from ._token import (
     ChildCheckpoint,
     TokenError,
+    TokenTooLargeError,
     decode_child_checkpoint,
     decode_group_token,
+    encode_group_token,
+    is_ours,
 )
 
 __all__ = [
@@ -26,12 +29,14 @@ __all__ = [
     "OFFSET_END",
     "OFFSET_INVALID",
     "OFFSET_STORED",
+    "TOKEN_HEADROOM_BYTES",
     "Plan",
     "Restored",
     "checkpoint_applies",
     "checkpoint_is_stale",
     "plan_assignment",
     "restore",
+    "token_fits",
 ]
 
 
@@ -118,6 +123,25 @@ class Plan:
     run_start: int = 0
     deleted: tuple[tuple[int, int], ...] = ()  #: pending ranges already gone by retention
     caught_up: tuple[int, int] | None = None  #: the new range this plan added, if any
+    #: the range a catch-up would have added, declined because the token could not hold it
+    declined: tuple[int, int] | None = None
+
+
+#: Room an exactly-once token keeps below its budget when a plan adds a range: later
+#: positions take more digits, and a commit out of order splits a range.
+TOKEN_HEADROOM_BYTES = 64
+
+
+def token_fits(ledger: Ledger, user_metadata: str, max_bytes: int) -> bool:
+    """Whether ``ledger``'s token encodes within ``max_bytes`` as it is (no coalescing)."""
+    token = ledger.token(user_metadata, force=is_ours(user_metadata))
+    if token is None:
+        return True
+    try:
+        _, written = encode_group_token(token, max_bytes)
+    except TokenTooLargeError:
+        return False
+    return written.ranges == token.ranges
 
 
 def plan_assignment(
@@ -126,6 +150,7 @@ def plan_assignment(
     high: int,
     threshold: int,
     requested: int = OFFSET_INVALID,
+    exact_token_bytes: int | None = None,
 ) -> Plan:
     """Decide the primary's start and the backlog for a partition just gained.
 
@@ -139,6 +164,12 @@ def plan_assignment(
     new range is added; its stream begins at the lower of that start and P, so a later
     commit skips what a plain consumer's would (fresh records between P and a later
     start) and never the pending backlog.
+
+    ``exact_token_bytes`` (exactly-once): the range token may never be coalesced, so a
+    new range is added only if the token still fits this budget with room to spare
+    (``TOKEN_HEADROOM_BYTES``); otherwise the primary resumes at P and reads the new
+    backlog in order. A pipeline that crash-loops with a pending backlog would otherwise
+    add a range at every restart until no transaction could carry its offsets.
     """
     if restored.position is None:
         if requested in (OFFSET_INVALID, OFFSET_STORED):
@@ -146,11 +177,15 @@ def plan_assignment(
         return Plan(requested, Ledger(), 0, max(requested, 0))
     ledger = restored.ledger()
     position = restored.position
-    added = None
+    added = declined = None
     if requested in (OFFSET_INVALID, OFFSET_STORED):
         if high - position > threshold:
             ledger.split_at(high)
             added = (position, high)
+            if exact_token_bytes is not None and not token_fits(
+                ledger, restored.user_metadata, exact_token_bytes - TOKEN_HEADROOM_BYTES
+            ):
+                ledger, added, declined = restored.ledger(), None, added
         start: int | None = ledger.position
         assert start is not None
         floor = run_start = start
@@ -169,7 +204,7 @@ def plan_assignment(
         start = requested
         floor = min(run_start, position)
     deleted = tuple(ledger.drop_below(low)) if low > 0 else ()
-    return Plan(start, ledger, floor, run_start, deleted, added)
+    return Plan(start, ledger, floor, run_start, deleted, added, declined)
 
 
 def checkpoint_is_stale(cp: ChildCheckpoint, added: tuple[int, int]) -> bool:

@@ -106,7 +106,10 @@ ALL_FAULTS: tuple[str, ...] = (
     "add",  # a new member joins
     "remove",  # a member leaves cleanly for good
     "broker_pause",  # SIGSTOP the broker process, SIGCONT a few seconds later
+    "broker_restart",  # stop a real broker of the run's own, start it again on its data
 )
+#: Faults done to the broker, and what a cluster must offer for each (others skip them).
+BROKER_FAULTS: dict[str, str] = {"broker_pause": "pause", "broker_restart": "restart"}
 KILL_FAULTS: tuple[str, ...] = ("kill", "kill_catchup", "kill_commit", "kill_young")
 #: The eos workers' output topic: the input topic's name with this suffix.
 OUTPUT_SUFFIX = "-out"
@@ -188,6 +191,9 @@ class ChaosSettings:
     linger_ms: int = 5
     compression: str = "lz4"
     bootstrap_servers: str | None = None  #: None: start an embedded cluster
+    #: with no bootstrap: a Kafka distribution (bin/kafka-up) to start a real broker of the
+    #: run's own from, which it may pause and restart; None: the embedded cluster
+    kafka_home: Path | None = None
     workdir: Path | None = None  #: None: a temporary directory (kept, its path is printed)
     modes: tuple[str, ...] = WORKER_MODES  #: worker behaviours, one drawn per process
     cpu_hog: int = 0  #: busy processes running beside the whole run (a loaded machine)
@@ -730,6 +736,8 @@ class FaultInjector:
     ) -> None:
         self.fleet, self.rng, self.settings, self.out = fleet, rng, settings, out
         self.cluster = cluster if hasattr(cluster, "pause") else None
+        # the broker faults this cluster allows
+        self.broker_faults = {k for k, m in BROKER_FAULTS.items() if hasattr(cluster, m)}
         self.counts: Counter[str] = Counter()
         self.log: list[str] = []
         self._pending: list[_Pending] = []
@@ -809,7 +817,9 @@ class FaultInjector:
 
     def missing(self) -> list[str]:
         """Fault kinds not injected yet (of those this cluster allows)."""
-        kinds = [k for k in self.settings.faults if k != "broker_pause" or self.cluster]
+        kinds = [
+            k for k in self.settings.faults if k not in BROKER_FAULTS or k in self.broker_faults
+        ]
         return [k for k in kinds if not self.counts[k]]
 
     def _target(self, prefer: str = "owner") -> WorkerRun | None:
@@ -933,6 +943,23 @@ class FaultInjector:
         self._later(seconds, resume)
         return True
 
+    def _broker_restart(self) -> bool:
+        if "broker_restart" not in self.broker_faults or self.broker_paused:
+            return False
+        seconds = self.rng.uniform(*self.settings.broker_pause_s)
+        self._note("broker_restart", f"broker stopped, started again in {seconds:.1f}s")
+        cluster = self.cluster
+        assert cluster is not None
+        cluster.broker_down()
+        self.broker_paused = True  # no other broker fault, no clean close meanwhile
+
+        def start() -> None:
+            cluster.broker_up()
+            self.broker_paused = False
+
+        self._later(seconds, start)
+        return True
+
     def finish(self) -> None:
         """End every lasting fault now: resume the broker and stopped workers, restart."""
         pending, self._pending = sorted(self._pending), []
@@ -942,6 +969,8 @@ class FaultInjector:
         if self.broker_paused and self.cluster is not None:
             self.cluster.resume()
             self.broker_paused = False
+        if "broker_restart" in self.broker_faults and self.cluster is not None:
+            self.cluster.broker_up()  # a no-op unless a restart's start is still due
         with self.fleet.lock:
             runs = list(self.fleet.current.values())
         for r in runs:
@@ -1347,6 +1376,11 @@ def run_chaos(
                 from fastrebalance.testing._clusters import ExternalKafka
 
                 own_cluster = cluster = ExternalKafka(settings.bootstrap_servers)
+            elif settings.kafka_home is not None:
+                from fastrebalance.testing._apache import ApacheKafka
+
+                own_cluster = cluster = ApacheKafka(settings.kafka_home)
+                out(f"chaos: Apache Kafka of its own at {cluster.bootstrap_servers}")
             else:
                 from fastrebalance.testing._embedded import EmbeddedKafka
 
@@ -1410,8 +1444,9 @@ def _run(
             raise RuntimeError(f"eos workers need transactions: {why}")
         cluster.create_topic(topic + OUTPUT_SUFFIX, s.partitions)
     cluster.create_topic(topic, s.partitions)
-    if "broker_pause" in s.faults and not hasattr(cluster, "pause"):
-        out("chaos: broker_pause needs the embedded cluster; skipped on this one")
+    for kind, method in BROKER_FAULTS.items():
+        if kind in s.faults and not hasattr(cluster, method):
+            out(f"chaos: {kind} needs a broker of the run's own; skipped on this one")
     producer = SteadyProducer(bootstrap, topic, s.partitions, s.rate, s.linger_ms, s.compression)
     fleet = Fleet(bootstrap, topic, group, s, result.workdir, result.seed)
     injector = FaultInjector(fleet, rng, s, cluster, out)

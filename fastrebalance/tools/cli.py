@@ -918,6 +918,12 @@ def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="use this Kafka cluster instead of an embedded one (no broker pauses then)",
     )
     p.add_argument(
+        "--kafka-home",
+        metavar="DIR",
+        help="start a real Apache Kafka of the run's own from this distribution (bin/kafka-up, "
+        "e.g. ../shared/kafka), which broker_pause and broker_restart then hit",
+    )
+    p.add_argument(
         "--workdir",
         metavar="DIR",
         help="where the consumer logs go (default: a new temporary directory, kept)",
@@ -949,8 +955,12 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         modes=args.modes,
         cpu_hog=args.cpu_hog,
         bootstrap_servers=args.bootstrap_servers,
+        kafka_home=Path(args.kafka_home) if args.kafka_home else None,
         workdir=Path(args.workdir) if args.workdir else None,
     )
+    if args.bootstrap_servers and args.kafka_home:
+        print("--bootstrap-servers and --kafka-home: choose one", file=sys.stderr)
+        return EXIT_USAGE
 
     def out(line: str) -> None:
         if not args.quiet or line.startswith("chaos:"):
@@ -965,7 +975,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         "workers", "partitions", "rate", "protocol", "threshold", "work_us", "min_faults",
         "cpu_hog",
     )  # fmt: skip
-    for name in (*options, "bootstrap_servers"):
+    for name in (*options, "bootstrap_servers", "kafka_home"):
         value = getattr(args, name)
         if value != getattr(defaults, name):
             text = f"{value:g}" if isinstance(value, float) else str(value)

@@ -4,7 +4,7 @@ the threshold, retention, an application's own start offset."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastrebalance._ledger import Ledger
@@ -359,3 +359,55 @@ def test_an_explicit_start_adds_no_range_and_keeps_the_backlog(
 def test_an_explicit_start_without_a_committed_offset() -> None:
     plan = plan_assignment(restore(-1, None), low=0, high=900, threshold=0, requested=300)
     assert (plan.start, plan.floor, plan.run_start, plan.ledger.position) == (300, 0, 300, None)
+
+
+# -- exactly-once: never a token no transaction can carry ---------------------------
+@settings(deadline=None, max_examples=40)
+@given(
+    restarts=st.integers(min_value=1, max_value=200),
+    budget=st.integers(min_value=256, max_value=4000),
+    progress=st.integers(min_value=1, max_value=50),
+)
+def test_an_exact_plan_never_makes_a_token_beyond_its_budget(
+    restarts: int, budget: int, progress: int
+) -> None:
+    """A crash loop with a pending backlog: every restart plans (a range is added while the
+    token still fits), the primary then processes ``progress`` fresh records and dies.
+    However long the loop, every token it leaves encodes within the budget without
+    coalescing (exactly-once cannot coalesce), and the declined backlog is read in order:
+    nothing leaves the pending set unclaimed."""
+    ranges: tuple[tuple[int, int], ...] = ((0, 10),)  # the poison record's range
+    position = end = 10
+    for _ in range(restarts):
+        end += 100  # written while it was down
+        r = Restored(position, RangeSet(ranges))
+        plan = plan_assignment(r, low=0, high=end, threshold=10, exact_token_bytes=budget)
+        assert (plan.caught_up is None) != (plan.declined is None)
+        _, written = encode_group_token(
+            GroupToken(plan.ledger.position, plan.ledger.ranges.as_tuple()), budget
+        )
+        assert written.ranges == plan.ledger.ranges.as_tuple(), "it would need coalescing"
+        assert all(
+            plan.ledger.unprocessed(o) for s, e in r.ranges for o in (s, e - 1)
+        ), "a pending range was dropped"
+        if plan.declined is not None:
+            # in order: the primary starts at P, the new backlog is still its to read
+            assert plan.start == position and plan.declined == (position, end)
+        start = plan.start
+        assert start is not None
+        plan.ledger.claim(start, start + progress)  # the fresh records it processed
+        position, ranges = plan.ledger.position, plan.ledger.ranges.as_tuple()
+        assert position is not None
+        end = max(end, position)
+
+
+def test_an_exact_plan_adds_a_range_while_it_fits() -> None:
+    plan = plan_assignment(restore(70, ""), low=0, high=120, threshold=0, exact_token_bytes=4000)
+    assert plan.caught_up == (70, 120) and plan.declined is None
+    full = tuple((10 * i, 10 * i + 3) for i in range(60))
+    r = Restored(700, RangeSet(full))
+    plan = plan_assignment(r, low=0, high=900, threshold=0, exact_token_bytes=256)
+    assert plan.caught_up is None and plan.declined == (700, 900)
+    assert plan.start == 700 and plan.ledger.ranges.as_tuple() == full
+    # at-least-once keeps adding (the token is coalesced when it is written)
+    assert plan_assignment(r, low=0, high=900, threshold=0).caught_up == (700, 900)
