@@ -85,3 +85,17 @@ def group_metadata(bootstrap: str, group: str, topic: str, partition: int = 0) -
         return tp.offset, tp.metadata or ""
     finally:
         c.close()
+
+
+def close_member(consumer: Any, seconds: float = 10.0) -> None:
+    """Close a *plain* confluent-kafka group member the way fastrebalance closes its own:
+    leave the group and serve the revoke first. librdkafka 2.16 can drop the reply to a
+    rebalance that reaches a group already terminating, and its close() then waits for it
+    for ever inside the rebalance callback (seen hanging the suite on a loaded machine)."""
+    try:
+        consumer.unsubscribe()
+        deadline = time.monotonic() + seconds
+        while consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.05)
+    finally:
+        consumer.close()

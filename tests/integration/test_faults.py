@@ -34,7 +34,15 @@ from fastrebalance._ranges import RangeSet
 from fastrebalance._token import GroupToken, decode_group_token, encode_group_token
 from fastrebalance.testing import OwnCluster, open_own_cluster
 
-from .helpers import base_conf, drain, group_metadata, group_offsets, produce, timed
+from .helpers import (
+    base_conf,
+    close_member,
+    drain,
+    group_metadata,
+    group_offsets,
+    produce,
+    timed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -823,5 +831,5 @@ def test_a_catchup_group_with_live_members_is_reported(
         assert sum(e.code() == KafkaError._CONFLICT for e in errors) == 1
     finally:
         c.close()
-        member.close()
+        close_member(member)
     assert group_offsets(bs, unique_group, topic)[0] >= 100

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer as PlainConsumer
 
 from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .helpers import base_conf, drain, group_metadata, group_offsets, produce
+from .helpers import base_conf, close_member, drain, group_metadata, group_offsets, produce
 
 pytestmark = pytest.mark.integration
 
@@ -194,7 +194,7 @@ def test_commit_after_revoke_keeps_the_backlog(kafka_cluster, topic_factory, uni
     finally:
         first.close()
         if second is not None:
-            second.close()
+            close_member(second)
     _assert_restart_delivers(bs, unique_group, topic, set(range(5000)), partition=p)
 
 
@@ -321,7 +321,7 @@ def _revoke_inside_a_call(
     finally:
         first.close()
         if second is not None:
-            second.close()
+            close_member(second)
 
 
 @pytest.mark.parametrize("protocol", list(REVOKE_PROTOCOLS))
