@@ -656,10 +656,9 @@ class Consumer:
         for tp in partitions:
             key = _key(tp)
             plan = self._plan(key, readings.get(key, Reading(None)), tp.offset)
-            if plan is None and self._settings.transactional:
-                # Exactly-once never reads a partition it could not plan (the committed
-                # offset alone is the safe one, below records whose output exists): it
-                # waits, paused, where it can fetch nothing it could hand out.
+            if plan is None:
+                # A partition is never read before it is planned: it waits, paused, where
+                # it can fetch nothing it could hand out (see _defer).
                 deferred.append(tp)
                 starts.append(TopicPartition(tp.topic, tp.partition, OFFSET_END))
                 continue
@@ -738,28 +737,30 @@ class Consumer:
         self._note_stale_positions(list(plans))
         self._recheck()
 
-    # ------------------------------------------------- exactly-once: deferred plans
+    # ------------------------------------------------------------ deferred plans
     def _defer(self, tps: list[TopicPartition]) -> None:
-        """Exactly-once: hold partitions whose commit logs could not be read, paused, until
-        a later poll()/consume() can plan them (``_plan_deferred``).
+        """Hold partitions whose commit logs could not be read, paused, until a later
+        poll()/consume() can plan them (``_plan_deferred``), then seek them to the plan.
 
-        An unplanned partition would resume at the committed offset, which this library
-        makes the *safe* offset (the first pending backlog record): the fresh records
-        above it whose output is already committed would be processed again. Reading what
-        the logs say is the only exact start, and it waits for any open transaction that
-        holds offsets for the group: plain confluent-kafka waits for it the same way (its
-        offset fetch asks for stable offsets under read_committed)."""
+        Resuming one unplanned would leave its start to librdkafka's own committed-offset
+        fetch, which gives up for good on NOT_COORDINATOR when it is made while the broker
+        is down (measured on Apache Kafka 3.9: the partition, plain confluent-kafka's
+        too, delivered nothing for 90 s after the broker was back). And in exactly-once
+        mode it would resume at the committed offset, which this library makes the *safe*
+        offset (the first pending backlog record): fresh records above it whose output is
+        already committed would be processed again. Reading what the logs say is the only
+        exact start; under read_committed it waits for any open transaction that holds
+        offsets for the group, as plain confluent-kafka's fetch of stable offsets does."""
         for tp in tps:
             self._deferred[_key(tp)] = tp.offset
         self._primary.pause([TopicPartition(tp.topic, tp.partition) for tp in tps])
         self._deferred_tries = 0
         self._deferred_at = time.monotonic() + _DEFERRED_FIRST_S
         log.warning(
-            "%d partition(s) not planned yet (the commit logs could not be read within "
-            "%.1fs; an open transaction holding offsets for the group makes the broker "
-            "wait for it): they stay paused until planned, e.g. %s",
+            "%d partition(s) not planned yet (the commit logs could not be read: a broker "
+            "that does not answer, or an open transaction holding offsets for the group): "
+            "they stay paused until planned, e.g. %s",
             len(tps),
-            _EOS_PLAN_S,
             [f"{tp.topic} [{tp.partition}]" for tp in tps[:3]],
         )
 
@@ -772,7 +773,9 @@ class Consumer:
         readings: dict[Key, Reading] = {}
         if keys:
             self._plan_budget = Budget(wait)
-            readings = self._planner.read([TopicPartition(*k) for k in keys], self._plan_budget)
+            readings = self._planner.read(
+                [TopicPartition(*k) for k in keys], self._plan_budget, quiet=True
+            )
         plans: dict[Key, tuple[Plan | None, int]] = {}
         for key in keys:
             requested = self._deferred[key]
@@ -1546,7 +1549,9 @@ class Consumer:
         """Whether the next call may take the hot path (this thread, after anything that
         may start or end a catch-up). ``_steady`` is written before ``_due`` is read, so
         a timer firing meanwhile always leaves it False."""
-        self._steady = not (self._reading or self._unresolved or self._settings.transactional)
+        self._steady = not (
+            self._reading or self._unresolved or self._deferred or self._settings.transactional
+        )
         if self._due:
             self._steady = False
 

@@ -4,9 +4,8 @@ Planning runs inside librdkafka's rebalance callback, so inside the user's poll(
 round trip here shares one budget (``PLAN_BUDGET_S``), and each is batched over the whole
 assignment (one OffsetFetch per log, one ListOffsets for each end of the log), so the
 time does not grow with the number of partitions. A partition whose committed offset
-could not be read gets no ledger: it resumes at its committed offset like a plain
-consumer's, and a commit for it first reads what the group stores (see the facade), so
-nothing is ever written over a range token it could not see.
+could not be read is not planned: the facade defers it (paused) and asks again later, so
+nothing is ever read, or written over a range token, that this member could not see.
 
 The decisions themselves are pure and live in ``_planning``.
 """
@@ -61,8 +60,11 @@ class Planner:
         self._primary = primary
         self._child = child
 
-    def read(self, partitions: Sequence[TopicPartition], budget: Budget) -> dict[Key, Reading]:
-        """Per partition: the merged commit logs and both ends of the log."""
+    def read(
+        self, partitions: Sequence[TopicPartition], budget: Budget, quiet: bool = False
+    ) -> dict[Key, Reading]:
+        """Per partition: the merged commit logs and both ends of the log. ``quiet``: a
+        failure to read is expected (a retry of deferred partitions) and logged at DEBUG."""
         keys = [(tp.topic, tp.partition) for tp in partitions]
         out: dict[Key, Reading] = {k: Reading(None) for k in keys}
         if not keys:
@@ -70,9 +72,13 @@ class Planner:
         try:
             restored = self.read_logs(keys, budget)
         except KafkaException as exc:
-            # Without the committed offsets there is nothing to plan: librdkafka resumes
-            # from them itself, as for a plain consumer.
-            log.error("cannot read committed offsets, no catch-up this time: %s", exc)
+            # Without the committed offsets there is nothing to plan: the partitions are
+            # deferred (the facade retries).
+            log.log(
+                logging.DEBUG if quiet else logging.ERROR,
+                "cannot read committed offsets: %s (the partitions wait until they are read)",
+                exc,
+            )
             return out
         for key, r in restored.items():
             out[key].restored = r

@@ -26,7 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 __all__ = ["KAFKA_HOME_ENV", "ApacheKafka", "kafka_home"]
 
@@ -107,7 +108,17 @@ class ApacheKafka:
         done = self._script("kafka-up")
         if done.returncode != 0:
             raise RuntimeError(f"kafka-up failed on port {self.port}: {done.stderr.strip()}")
-        return done.stdout.strip().splitlines()[-1]
+        bootstrap = done.stdout.strip().splitlines()[-1]
+        # kafka-up returns once the broker serves; its group coordinator takes a moment more
+        # (a commit right after answers NOT_COORDINATOR): an offset fetch waits for it
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "fastrebalance-probe"})
+        try:
+            probe.committed([TopicPartition("fastrebalance-probe", 0)], timeout=self.timeout)
+        except KafkaException:
+            pass  # the test that needs it will say what is wrong
+        finally:
+            probe.close()
+        return bootstrap
 
     @property
     def pid(self) -> int:
@@ -137,10 +148,30 @@ class ApacheKafka:
                 time.sleep(0.005)
 
     def resume(self) -> None:
+        """SIGCONT the broker, and return once it can host a new partition again: stopped
+        past its heartbeat, a KRaft broker is fenced by its own controller for a moment
+        ("All brokers are currently fenced" to a CreateTopics right after)."""
         with self._lock:
-            if self._paused:
-                os.kill(self.pid, signal.SIGCONT)
-                self._paused = False
+            if not self._paused:
+                return
+            os.kill(self.pid, signal.SIGCONT)
+            self._paused = False
+        self._wait_unfenced()
+
+    def _wait_unfenced(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        probe = [NewTopic(f"fastrebalance-probe-{self.port}", 1, 1)]
+        while True:
+            future = self._admin_client().create_topics(
+                probe, validate_only=True, request_timeout=5.0
+            )[probe[0].topic]
+            try:
+                future.result(10)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    return  # the test that needs it will say what is wrong
+                time.sleep(0.2)
 
     @property
     def paused(self) -> bool:
