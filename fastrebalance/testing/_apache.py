@@ -86,13 +86,23 @@ class ApacheKafka:
             )
         self.home = found
         self.timeout = timeout
-        self.port = _free_port_pair()
-        self.dir = Path(tempfile.mkdtemp(prefix=f"fastrebalance-kafka-{self.port}-"))
         self._lock = threading.Lock()
         self._paused = False
         self._closed = False
         self._admin: AdminClient | None = None
-        self.bootstrap_servers = self._up()
+        # A start can fail on a loaded machine (kafka-up waits 60 s) or lose its port to
+        # another process meanwhile: a few tries, each on a fresh port and folder.
+        for attempt in range(3):
+            self.port = _free_port_pair()
+            self.dir = Path(tempfile.mkdtemp(prefix=f"fastrebalance-kafka-{self.port}-"))
+            try:
+                self.bootstrap_servers = self._up()
+                break
+            except RuntimeError:
+                self._script("kafka-down", "--wipe")
+                shutil.rmtree(self.dir, ignore_errors=True)
+                if attempt == 2:
+                    raise
 
     # -- lifecycle ----------------------------------------------------------------------
     def _script(self, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
