@@ -77,6 +77,12 @@ class AIOConsumer(_AIOConsumer):
         _common.wrap_conf_callback(loop, consumer_conf, "on_commit")
         self._consumer: Consumer = Consumer(consumer_conf)  # type: ignore[assignment]
         self._serial = asyncio.Lock()
+        # One identity at confluent-kafka's per-handle gate for every top-level call (they
+        # never overlap: self._serial): a synchronous commit abandoned after its bound keeps
+        # the gate on a helper thread under the identity of the call that made it, and a
+        # fresh identity per call made the next call wait for the broker (a poll(1.0) took
+        # 60 s on a paused broker); the sync facade's owner thread is one identity too.
+        self._identity = _common.ReentryContext.get_or_generate_id()
         # Records of poll()/consume() calls whose caller was cancelled, to hand out next.
         self._stash: deque[Message] = deque()
 
@@ -94,7 +100,11 @@ class AIOConsumer(_AIOConsumer):
         self, blocking_task: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> Any:
         async with self._serial:
-            return await super()._call(blocking_task, *args, **kwargs)
+            token = _GATE_IDENTITY.set(self._identity)  # this task's context only
+            try:
+                return await super()._call(blocking_task, *args, **kwargs)
+            finally:
+                _GATE_IDENTITY.reset(token)
 
     # -- reading ----------------------------------------------------------------------------
     async def _take(self, method: str, *args: Any, **kwargs: Any) -> Any:

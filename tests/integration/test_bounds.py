@@ -20,6 +20,7 @@ by side with its bound.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -120,6 +121,53 @@ def test_every_call_is_bounded_on_a_hung_broker(cluster: OwnCluster, unique_grou
     print("\n" + table)
     late = [(name, round(e, 2), b) for name, e, b, _ in rows if e > b + SLACK]
     assert not late, f"over their bound: {late}\n{table}"
+
+
+def test_asyncio_calls_after_an_abandoned_commit_are_bounded(
+    cluster: OwnCluster, unique_group: str
+):
+    """Adversary round 6: with fastrebalance.aio, a synchronous commit abandoned after S
+    on a hung broker kept confluent-kafka's per-handle gate under the identity of the call
+    that made it, and the next awaited poll(1.0) waited for the broker (60 s, until it was
+    resumed). Every top-level call now presents the consumer's one identity, as the sync
+    facade's owner thread does."""
+    import asyncio
+
+    from fastrebalance.aio import AIOConsumer
+
+    c, topic, _ = _catching_up(cluster, unique_group)
+    c.close()
+    rows: list[tuple[str, float, float]] = []
+
+    async def run() -> None:
+        a = AIOConsumer(base_conf(cluster.bootstrap_servers, unique_group, **{
+            "socket.timeout.ms": int(S * 1000)}))
+        try:
+            await a.assign([TopicPartition(topic, 0)])
+            m = None
+            while m is None or m.error() is not None:
+                m = await a.poll(1.0)
+            cluster.pause()
+            try:
+                for name, bound, call in (
+                    ("commit(sync)", S, lambda: a.commit(message=m, asynchronous=False)),
+                    ("poll(1.0)", 1.0, lambda: a.poll(1.0)),
+                    ("consume(10, 1.0)", 1.0, lambda: a.consume(10, 1.0)),
+                    ("commit(async)", 0.5, lambda: a.commit(message=m)),
+                ):
+                    began = time.monotonic()
+                    with contextlib.suppress(KafkaException):
+                        await asyncio.wait_for(call(), 60)
+                    rows.append((name, time.monotonic() - began, bound))
+            finally:
+                cluster.resume()
+        finally:
+            await a.close()
+
+    asyncio.run(run())
+    print("\n" + "\n".join(f"{n:20} {e:6.2f}s (bound {b:g}s)" for n, e, b in rows))
+    late = [(n, round(e, 2), b) for n, e, b in rows if e > b + SLACK]
+    assert not late, f"over their bound: {late}"
 
 
 def test_planning_on_a_hung_broker_is_bounded(
