@@ -218,6 +218,9 @@ class Consumer:
         # commits), and the stale catch-up checkpoints the next transaction must clear.
         self._txns: dict[int, OpenTransaction] = {}
         self._txn_retire: dict[Key, TopicPartition] = {}
+        # ... and which producer's transaction last claimed each partition (a producer per
+        # partition: an abort that claimed nothing rewinds only what may be its own)
+        self._claimed_by: dict[Key, int] = {}
         # Exactly-once: assigned partitions not planned yet (their commit logs could not be
         # read), paused in the primary, with the offset the assignment asked for.
         self._deferred: dict[Key, int] = {}
@@ -1081,10 +1084,45 @@ class Consumer:
                 if leaving:
                     live.widen(self._fetched_up_to(key))
                 continue  # nothing consumed yet: nothing handed out
+            if tp.offset < live.next and live.start != UNKNOWN_START:
+                self._reset_underneath(key, a, tp.offset)
+                continue
             if self._untrusted_position:
                 live.widen(tp.offset)
             else:
                 live.advance(tp.offset)
+
+    def _reset_underneath(self, key: Key, a: _Assigned, position: int) -> None:
+        """The primary's position went back with no seek: librdkafka reset it because its
+        offset left the log (the topic was deleted and recreated, the log truncated by an
+        unclean leader election). The offsets it had handed out name records of a log that
+        is gone; what the log holds now is unprocessed, from its start. So the ledger is
+        rewound to it (the pending ranges, offsets of the old log, go too) and the
+        primary's stream starts again where it is now: every claim from here is of the new
+        log. Before this, commits kept the old log's position (400 on a log that now ended
+        at 100): a restart skipped the next 300 records (adversary round 6)."""
+        assert self._child is not None
+        low = 0
+        with contextlib.suppress(KafkaException, RuntimeError):
+            low = max(self._primary.get_watermark_offsets(TopicPartition(*key), cached=True)[0], 0)
+        low = min(low, position)
+        log.warning(
+            "%s [%d]: the primary's position went back from %d to %d with no seek (topic "
+            "recreated? log truncated?): everything from offset %d is unprocessed again",
+            *key,
+            a.epoch.live.next,
+            position,
+            low,
+        )
+        if a.ledger is not None:
+            a.ledger.rewind(low)
+            self._child.refresh(key)
+        # where the reset put the primary: the log start with auto.offset.reset=earliest;
+        # otherwise the log end then, which is not known here: from where it is now
+        restart = low if self._settings.reset_offset == OFFSET_BEGINNING else position
+        a.epoch.seek(restart)
+        a.epoch.live.advance(position)
+        self._history[key].trim(a.epoch)
 
     def _fetched_up_to(self, key: Key) -> int | None:
         """An upper bound of what the primary fetched: the log end it last saw."""
@@ -1410,6 +1448,7 @@ class Consumer:
             )
         for key, ledger, change in staged:
             txn.stage(key, ledger, change)
+            self._claimed_by[key] = id(producer)
         txn.retired.update(child_offsets)
         self._txns[id(producer)] = txn
 
@@ -1435,13 +1474,26 @@ class Consumer:
             self._txn_retire.pop(key, None)
         self._publish()
 
-    def abort_transaction(self, producer: Any, timeout: float | None = None) -> None:
+    def abort_transaction(
+        self,
+        producer: Any,
+        timeout: float | None = None,
+        messages: Sequence[Message] | None = None,
+    ) -> None:
         """``producer.abort_transaction()``, then every record the transaction did not
-        commit is delivered again: the partitions it claimed (or, if it claimed none yet,
-        every partition no other open transaction claims) have their primary sought back
-        to the first record not committed, and the child re-reads their pending backlog.
-        (With confluent-kafka alone, the application seeks to the committed offsets; with
-        two streams that would re-read processed backlog records.)
+        commit is delivered again: each partition it held has its primary sought back to
+        the first record not committed, and the child re-reads its pending backlog. (With
+        confluent-kafka alone, the application seeks to the committed offsets; with two
+        streams that would re-read processed backlog records.)
+
+        The partitions it held: those of ``messages`` (the records the aborted transaction
+        was processing), else those it sent offsets for, else, if it sent none yet, every
+        assigned partition that no other open transaction claims and that no other
+        producer's transaction was the last to claim. With one producer that is every
+        partition; with several (one per partition, say), pass ``messages`` when a
+        transaction can fail before its first send_offsets_to_transaction(): a partition
+        sought back while another producer still processes its records would have them
+        written twice.
 
         The transaction is forgotten here even when the producer's abort fails: a producer
         that failed fatally cannot abort, and its transaction will never commit (the broker
@@ -1458,10 +1510,17 @@ class Consumer:
             else:
                 producer.abort_transaction(timeout)
         finally:
-            if txn is not None and txn.claims:
+            if messages is not None:
+                keys = list(dict.fromkeys(_record(m)[0] for m in messages))
+            elif txn is not None and txn.claims:
                 keys = list(txn.claims)
             else:
-                keys = [k for k in self._assigned if not self._in_open_txn(k)]
+                mine = id(producer)
+                keys = [
+                    k
+                    for k in self._assigned
+                    if not self._in_open_txn(k) and self._claimed_by.get(k, mine) == mine
+                ]
             self._rewind_to_ledgers(keys)
 
     def _abort_plain(self, producer: Any, timeout: float | None) -> None:

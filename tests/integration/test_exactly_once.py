@@ -428,3 +428,53 @@ def test_a_transaction_held_across_a_rebalance_duplicates_nothing(
             c.close()
     assert slowest < 10, f"a consume(0.1) took {slowest:.1f}s"
     _check_exactly_once(bs, topic, out, partitions=4)
+
+
+# ----------------------------------- 5. aborting one of several producers' transactions
+def test_aborting_one_producers_transaction_rewinds_only_its_partitions(
+    transactional_cluster: Any, topic_factory: Any, unique_group: str
+) -> None:
+    """Adversary round 6: one producer per partition; producer 0's transaction is aborted
+    before producer 1 sent its offsets. The abort rewound every partition no open
+    transaction had claimed yet, partition 1 included, whose records producer 1 then
+    committed twice (20 outputs twice per run). An abort now rewinds what its
+    ``messages`` held; without them (a later batch here), the partitions its own
+    transactions claimed last, never another producer's."""
+    bs = transactional_cluster.bootstrap_servers
+    topic, out = topic_factory(2), topic_factory(1)
+    for p in (0, 1):
+        produce(bs, topic, 300, partition=p)
+    _seed(bs, unique_group, topic, partitions=2)
+    producers = {p: _producer(bs) for p in (0, 1)}
+    conf = base_conf(bs, unique_group, **{**EOS, "parallel.rebalance.lag.threshold": 100_000})
+    c = Consumer(conf)
+    try:
+        c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        batches = 0
+        deadline = time.monotonic() + 90
+        while set(_outputs(bs, out)) != _expected(bs, topic, 2):
+            assert time.monotonic() < deadline, "the pipeline did not finish"
+            msgs = [m for m in c.consume(60, 0.3) if m.error() is None]
+            while batches == 0 and msgs and len({m.partition() for m in msgs}) < 2:
+                msgs += [m for m in c.consume(60, 0.3) if m.error() is None]
+            if not msgs:
+                continue
+            batches += 1
+            by_partition: dict[int, list[Any]] = {}
+            for m in msgs:
+                by_partition.setdefault(m.partition(), []).append(m)
+            for p, ms in by_partition.items():
+                producers[p].begin_transaction()
+                for m in ms:
+                    producers[p].produce(out, value=f"{p}:{m.offset()}".encode(), partition=0)
+            if batches in (1, 3) and 0 in by_partition:
+                # an application error while processing partition 0: on the first batch
+                # the abort says what it held; on the third it relies on ownership
+                held = by_partition.pop(0)
+                c.abort_transaction(producers[0], messages=held if batches == 1 else None)
+            for p, ms in by_partition.items():
+                c.send_offsets_to_transaction(producers[p], ms)
+                c.commit_transaction(producers[p])
+    finally:
+        c.close()
+    _check_exactly_once(bs, topic, out, partitions=2)

@@ -643,8 +643,12 @@ def test_backlog_beyond_the_log_end_is_reported_and_not_retried_forever(
 ) -> None:
     """What a topic deleted and recreated (or a log truncated) under a pending catch-up
     looks like to the child: its range [500, 1000) lies beyond the new log end (100). It
-    reports that once and stops; the range stays pending, so the group offset stays at
-    500 and claims nothing of the new log beyond what was there."""
+    reports that once and stops; the range stays pending while the old log is all it
+    knows. Once the primary, reset by librdkafka to the new log's start, has handed out
+    the new log, a commit sees the reset (its position went back with no seek): the old
+    log's offsets are gone, the new log counts from its start, and the commit stores what
+    it processed of the new log, as confluent-kafka would (storing 500 made a restart skip
+    the new log's records from 100 to 500 once they existed)."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 100)
     text, _ = encode_group_token(GroupToken(1000, ((500, 1000),)))
@@ -667,13 +671,11 @@ def test_backlog_beyond_the_log_end_is_reported_and_not_retried_forever(
         assert len(starts) == 1, "the child must not restart in a loop"
         status = c.catchup_status()[(topic, 0)]
         assert status.pending_ranges == ((500, 1000),) and status.child_position is None
-        # the primary, reset by librdkafka to the new log's start, delivered 0..99: none of
-        # it is the backlog the token names, so committing it claims none of that
         assert got, "the primary reads the new log"
         c.commit(message=got[-1], asynchronous=False)
     finally:
         c.close()
-    assert group_offsets(bs, unique_group, topic) == [500]
+    assert group_offsets(bs, unique_group, topic) == [got[-1].offset() + 1]
 
 
 class _UnknownPartitionPrimary:
@@ -776,6 +778,65 @@ def test_topic_deleted_while_catching_up(
     finally:
         elapsed, outcome = timed(c.close)
     assert outcome is None and elapsed < CLOSE_BOUND_S
+
+
+def test_topic_recreated_under_a_live_consumer_skips_nothing(
+    kafka_cluster: Any, topic_factory: Callable[..., str], unique_group: str
+) -> None:
+    """Adversary round 6: a topic deleted and recreated while a member catches up. The
+    member hands out the old records it had fetched, then librdkafka resets the primary to
+    the new log's start. Commits used to keep the old log's position (400 stored on a log
+    ending at 100), so a restart skipped the next 300 records; plain confluent-kafka stores
+    what it is given and loses none. The reset is now seen (the position went back with no
+    seek): the new log is unprocessed from its start, nothing of it is skipped."""
+    if getattr(kafka_cluster, "kind", None) == "embedded":
+        pytest.skip("the mock cluster cannot delete topics")
+    from confluent_kafka.admin import AdminClient
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 400)
+    plain_commit(bs, unique_group, topic, 50, None)
+    conf = {"topic.metadata.propagation.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000}
+    admin = AdminClient({"bootstrap.servers": bs})  # kept: a dropped client fails its futures
+
+    def take(c: Consumer, idle: float = 8.0) -> list[int]:
+        got, last = [], time.monotonic()
+        while time.monotonic() - last < idle:
+            m = c.poll(0.5)
+            if m is None or m.error() is not None:
+                continue
+            got.append(m.offset())
+            c.commit(message=m, asynchronous=False)
+            last = time.monotonic()
+        return got
+
+    c = Consumer(base_conf(bs, unique_group, **conf))
+    try:
+        c.subscribe([topic])
+        drain(c, lambda ms: len(ms) >= 20, timeout=60)
+        admin.delete_topics([topic])[topic].result(30)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                kafka_cluster.create_topic(topic, 1)
+                break
+            except RuntimeError:
+                assert time.monotonic() < deadline, "the topic could not be created again"
+                time.sleep(1)
+        produce(bs, topic, 100)
+        take(c)
+    finally:
+        c.close()
+    stored = group_offsets(bs, unique_group, topic)[0]
+    assert stored <= 100, f"{stored} stored for a log that ends at 100"
+    produce(bs, topic, 300, start=100)
+    c = Consumer(base_conf(bs, unique_group, **conf))
+    try:
+        c.subscribe([topic])
+        got = set(take(c))
+    finally:
+        c.close()
+    assert set(range(100, 400)) <= got, f"{len(set(range(100, 400)) - got)} records skipped"
 
 
 # ------------------------------------------------------------ the catch-up group's name
