@@ -15,6 +15,7 @@ see refused connections meanwhile).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -49,20 +50,20 @@ def kafka_home() -> Path | None:
 
 
 def _free_port_pair() -> int:
-    """A port P with P+1 free too (kafka-up puts the KRaft controller on P+1)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port >= 65535:
+    """A port P with P+1 free too (kafka-up puts the KRaft controller on P+1), below the
+    ephemeral range: a broker restarted on its ports must find them free again, and an
+    ephemeral port may meanwhile be the local end of some client's connection."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(20000, 32000)
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
             continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
         return port
-    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1 between 20000 and 32000")
 
 
 def _process_state(pid: int) -> str | None:
@@ -130,6 +131,15 @@ class ApacheKafka:
             probe.close()
         return bootstrap
 
+    def _running(self) -> bool:
+        """The broker process of the pid file is alive (kafka-up leaves the file of a start
+        that failed)."""
+        try:
+            os.kill(self.pid, 0)
+        except (OSError, ValueError):
+            return False
+        return _process_state(self.pid) not in ("Z", None)
+
     @property
     def pid(self) -> int:
         return int((self.dir / "broker.pid").read_text().strip())
@@ -195,15 +205,24 @@ class ApacheKafka:
                 os.kill(self.pid, signal.SIGCONT)
                 self._paused = False
             self._admin = None  # or it logs refused connections until the broker is back
-            if (self.dir / "broker.pid").exists():
+            if self._running():
                 self._script("kafka-down")
 
     def broker_up(self, broker_id: int = 1) -> None:
-        """Start the broker again on the same data, if it is down; returns once it serves."""
+        """Start the broker again on the same data, if it is down; returns once it serves
+        (a few tries: the ports of the process just stopped may take a moment to free)."""
         del broker_id
         with self._lock:
-            if not (self.dir / "broker.pid").exists():
-                self._up()
+            for attempt in range(5):
+                if self._running():
+                    return
+                try:
+                    self._up()
+                    return
+                except RuntimeError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(2.0)
 
     def restart(self) -> None:
         """Stop the broker and start it again on its data (see broker_down/broker_up)."""
