@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +107,36 @@ class StartingOffsets:
 
     default: str = "latest"  # "earliest" | "latest" | "specific"
     specific: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    def spec(self) -> Any:
+        """A JSON form that depends on the options alone, in a fixed order (the initial offset)."""
+        if self.default != "specific":
+            return self.default
+        out: dict[str, dict[str, int]] = {}
+        for (topic, p), offset in sorted(self.specific.items()):
+            out.setdefault(topic, {})[str(p)] = offset
+        return out
+
+    def per_partition(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The wanted offset of each partition: -2 earliest, -1 latest, or an offset.
+
+        As in Spark's Kafka source, specific offsets must name exactly the partitions that
+        exist: a partition left out would silently start somewhere, and one that does not
+        exist is a typo.
+        """
+        parts = sorted(set(partitions))
+        if self.default != "specific":
+            wanted = -2 if self.default == "earliest" else -1
+            return dict.fromkeys(parts, wanted)
+        missing = [f"{t}-{p}" for t, p in parts if (t, p) not in self.specific]
+        unknown = [f"{t}-{p}" for t, p in sorted(set(self.specific) - set(parts))]
+        if missing or unknown:
+            raise ValueError(
+                "startingOffsets must give an offset for exactly the partitions of the"
+                f" subscribed topics (as Spark's Kafka source requires); missing: {missing},"
+                f" not in Kafka: {unknown}"
+            )
+        return {tp: self.specific[tp] for tp in parts}
 
 
 @dataclass(frozen=True)

@@ -28,21 +28,28 @@ from typing import Any
 from fastrebalance._ranges import RangeSet
 
 __all__ = [
+    "FROM_KEY",
+    "INITIAL_KEY",
     "Marks",
     "PartitionPosition",
     "Plan",
     "Slice",
     "TopicPartitionKey",
     "allocate",
+    "batch_zero_end",
+    "batch_zero_start",
     "decode_offset",
     "detect_restart",
     "encode_offset",
+    "initial_offset",
+    "is_initial",
     "next_catchup_budget",
     "offset_json",
     "pack_tasks",
     "pending_count",
     "plan_end",
     "plan_slices",
+    "resolve_start",
 ]
 
 TopicPartitionKey = tuple[str, int]
@@ -109,11 +116,19 @@ def offset_json(offset: Offset) -> str:
 
 
 def decode_offset(obj: Mapping[str, Any]) -> dict[TopicPartitionKey, PartitionPosition]:
-    """Parse an offset dict as Spark hands it back (JSON keys are strings)."""
+    """Parse an offset dict as Spark hands it back (JSON keys are strings).
+
+    Keys starting with ``@`` are not topics (a topic name cannot hold ``@``): they carry the
+    initial offset's bookkeeping (see ``initial_offset``) and are skipped here.
+    """
     if not isinstance(obj, Mapping):
         raise ValueError(f"source offset must be a JSON object, got {obj!r}")
+    if INITIAL_KEY in obj:
+        raise ValueError("the initial offset names no positions: resolve it first")
     out: dict[TopicPartitionKey, PartitionPosition] = {}
     for topic, parts in obj.items():
+        if str(topic).startswith("@"):
+            continue
         if not isinstance(parts, Mapping):
             raise ValueError(f"offsets of topic {topic!r} must be an object, got {parts!r}")
         for key, value in parts.items():
@@ -140,6 +155,87 @@ def _decode_position(topic: str, partition: int, value: Any) -> PartitionPositio
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad offset for {where}: {exc}") from None
     raise ValueError(f"bad offset for {where}: {value!r}")
+
+
+# -- the initial offset -----------------------------------------------------------------------
+#: The key of the initial offset: ``{"@initial": <startingOffsets, as options gave them>}``.
+INITIAL_KEY = "@initial"
+#: The key, in batch 0's end offset, of where batch 0 began reading each partition.
+FROM_KEY = "@from"
+
+
+def initial_offset(spec: Any) -> dict[str, Any]:
+    """The initial offset: the user's startingOffsets themselves, not what they resolve to.
+
+    Spark asks a new query for its initial offset more than once (to plan batch 0, then again
+    to run it, and again on a new driver that replays batch 0 after a crash), and a Python
+    source has no checkpoint folder to keep a first answer in, as Spark's Kafka source does
+    (``sources/0/0``). Log ends move between those calls, so an answer resolved from them
+    would differ each time and the records in between would be lost. A function of the
+    options alone is the same every time; it is resolved once, when batch 0 is planned, and
+    batch 0's end offset (which Spark logs before running it) keeps the result.
+    """
+    return {INITIAL_KEY: spec}
+
+
+def is_initial(obj: Mapping[str, Any]) -> bool:
+    return isinstance(obj, Mapping) and INITIAL_KEY in obj
+
+
+def batch_zero_end(start: Offset, end: Offset) -> dict[str, Any]:
+    """Batch 0's end offset, with the resolved start of each partition it reads from.
+
+    ``start`` is what the initial offset resolved to when batch 0 was planned. A partition
+    that batch 0 reads (its start below its end) has its start kept under ``@from``, so
+    that running batch 0, or replaying it on a new driver, reads the very same records.
+    """
+    out: dict[str, Any] = encode_offset(end)
+    began = {tp: start[tp].next for tp in sorted(end) if tp in start and start[tp] != end[tp]}
+    if began:
+        out[FROM_KEY] = {
+            topic: {str(p): began[(t, p)] for (t, p) in began if t == topic}
+            for topic in sorted({t for t, _ in began})
+        }
+    return out
+
+
+def batch_zero_start(end: Mapping[str, Any]) -> dict[TopicPartitionKey, PartitionPosition]:
+    """Where batch 0 began, from its end offset: ``@from``, or the end itself (nothing read)."""
+    positions = decode_offset(end)
+    began = end.get(FROM_KEY) or {}
+    if not isinstance(began, Mapping):
+        raise ValueError(f"bad {FROM_KEY} in batch 0's offset: {began!r}")
+    out: dict[TopicPartitionKey, PartitionPosition] = {}
+    for tp, pos in positions.items():
+        offset = (began.get(tp[0]) or {}).get(str(tp[1]))
+        if offset is None:
+            out[tp] = pos
+        elif type(offset) is int and 0 <= offset <= pos.next and not pos.pending:
+            out[tp] = PartitionPosition(offset)
+        else:
+            raise ValueError(f"bad {FROM_KEY} offset {offset!r} for {tp[0]}-{tp[1]}")
+    return out
+
+
+def resolve_start(
+    wanted: Mapping[TopicPartitionKey, int],
+    marks: Mapping[TopicPartitionKey, Marks],
+    target: Mapping[TopicPartitionKey, int] | None = None,
+) -> dict[TopicPartitionKey, PartitionPosition]:
+    """Starting offsets (-2 earliest, -1 latest, or an offset) as positions, now.
+
+    Under Trigger.AvailableNow, "latest" is the run's target: the log end when the run began.
+    An offset outside the log is kept as given, so that planning reports it (records deleted
+    below the log start, or a log that ends below it) per failOnDataLoss.
+    """
+    out: dict[TopicPartitionKey, PartitionPosition] = {}
+    for tp, offset in wanted.items():
+        m = marks.get(tp)
+        if m is None:
+            continue
+        high = m.high if target is None else min(m.high, target.get(tp, m.high))
+        out[tp] = PartitionPosition(m.low if offset == -2 else high if offset == -1 else offset)
+    return out
 
 
 def pending_count(offset: Offset) -> int:

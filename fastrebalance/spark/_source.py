@@ -40,14 +40,19 @@ from ._plan import (
     PartitionPosition,
     Slice,
     TopicPartitionKey,
+    batch_zero_end,
+    batch_zero_start,
     decode_offset,
     detect_restart,
     encode_offset,
+    initial_offset,
+    is_initial,
     next_catchup_budget,
     pack_tasks,
     pending_count,
     plan_end,
     plan_slices,
+    resolve_start,
 )
 
 __all__ = ["SCHEMA", "FastRebalanceDataSource", "FastRebalanceStreamReader", "KafkaSlicePartition"]
@@ -103,7 +108,6 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._fetcher = OffsetFetcher(options)
-        self._initial: dict[str, Any] | None = None
         self._restart_ends: dict[TopicPartitionKey, int] | None = None
         self._target: dict[TopicPartitionKey, int] | None = None
         self._restart_at = 0.0
@@ -121,23 +125,8 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     # -- offsets (driver) ------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
-        marks = self._fetcher.marks(refresh=True)
-        starting = self.options.starting
-        missing = sorted(set(marks) - set(starting.specific))
-        if starting.default == "specific" and missing:
-            raise ValueError(
-                "startingOffsets must give an offset for every partition of the subscribed"
-                f" topics (as Spark's Kafka source requires); missing: {missing}"
-            )
-        start: dict[TopicPartitionKey, PartitionPosition] = {}
-        for tp, m in marks.items():
-            wanted = {"earliest": -2, "latest": -1}.get(starting.default)
-            if wanted is None:
-                wanted = starting.specific[tp]
-            offset = m.low if wanted == -2 else m.high if wanted == -1 else wanted
-            start[tp] = PartitionPosition(offset)
-        self._initial = encode_offset(start)
-        return self._initial
+        # The options, not the log ends they resolve to: see _plan.initial_offset.
+        return initial_offset(self.options.starting.spec())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -150,16 +139,17 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._adapt_budget(start)
-        begin = decode_offset(start)
         first_call = self._restart_ends is None
         marks = self._fetcher.marks(refresh=first_call)
-        if self._target is not None:
-            marks = {
-                tp: Marks(m.low, min(m.high, self._target.get(tp, m.high)))
-                for tp, m in marks.items()
-            }
+        new_query = is_initial(start)
+        if new_query:
+            begin = resolve_start(
+                self.options.starting.per_partition(marks), marks, target=self._target
+            )
+        else:
+            begin = decode_offset(start)
         if first_call:
-            self._restart_ends = self._decide_restart(start, begin, marks)
+            self._restart_ends = self._decide_restart(new_query, begin, marks)
             self._restart_at = time.monotonic()
         budget = self._batch_budget(begin)
         plan = plan_end(
@@ -188,9 +178,12 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 a,
                 b,
             )
-        end = encode_offset(plan.end)
-        if end == start:
+        if new_query:
+            # Batch 0 keeps what the initial offset resolved to (see _plan.initial_offset).
+            return batch_zero_end(begin, plan.end)
+        if plan.end == begin:
             return start
+        end = encode_offset(plan.end)
         drained = pending_count(begin) - pending_count(plan.end)
         if drained > 0 and not plan.restarted:
             self._timing = (end, time.monotonic(), drained, budget)
@@ -240,7 +233,7 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
     def _decide_restart(
         self,
-        raw_start: dict[str, Any],
+        new_query: bool,
         begin: dict[TopicPartitionKey, PartitionPosition],
         marks: dict[TopicPartitionKey, Marks],
     ) -> dict[TopicPartitionKey, int]:
@@ -248,9 +241,15 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         Only a start restored from a checkpoint is a restart: a new query starting at its
         initial offset reads from there in order, as the user asked with startingOffsets.
+        Under Trigger.AvailableNow the skip stops at the run's target, which it never passes.
         """
-        if not self.options.catchup_enabled or raw_start == self._initial:
+        if not self.options.catchup_enabled or new_query:
             return {}
+        if self._target is not None:
+            marks = {
+                tp: Marks(m.low, min(m.high, self._target.get(tp, m.high)))
+                for tp, m in marks.items()
+            }
         return detect_restart(begin, marks, self.options.catchup_threshold)
 
     def _wait_for_live(
@@ -278,7 +277,8 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return encode_offset({tp: PartitionPosition(m.high) for tp, m in marks.items()})
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        slices = plan_slices(decode_offset(start), decode_offset(end), self.options.chunk_size)
+        begin = batch_zero_start(end) if is_initial(start) else decode_offset(start)
+        slices = plan_slices(begin, decode_offset(end), self.options.chunk_size)
         backlog = [s for s in slices if s.catchup]
         if backlog:
             log.info(

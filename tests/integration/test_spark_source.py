@@ -203,6 +203,43 @@ def test_end_to_end_parquet_sink_and_admission_control(
     assert out.groupBy("partition", "offset").count().where("count > 1").count() == 0
 
 
+def test_new_query_from_latest_on_a_busy_topic_loses_nothing(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, items 1 and 7: Spark asks for the initial offset twice for batch 0, and the
+    log ends move in between; Trigger.AvailableNow fetches its target before either. Each
+    run must end cleanly, and together they must hold every record from the first one on."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    produce(bs, topic, 4, 400, "old")  # before the query: startingOffsets=latest skips them
+    recorder = Recorder()
+
+    def run() -> None:
+        q = (
+            reader(spark, bs, topic, startingOffsets="latest")
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
+        assert q.exception() is None, q.exception()
+
+    fresh = FreshProducer(bs, topic, 4)
+    fresh.start()
+    try:
+        for _ in range(3):
+            run()
+    finally:
+        fresh.stop()
+    run()  # the rest, after the producer stopped
+    rows = recorder.rows()
+    assert rows and not [r for r in rows if r.tag == "old"]
+    for p in range(4):
+        got = sorted(r.offset for r in rows if r.partition == p)
+        high = 100 + len(range(p, fresh.sent, 4))
+        assert got == list(range(got[0], high)), f"partition {p}: a gap or a duplicate"
+
+
 def _restart_scenario(
     spark: SparkSession,
     bs: str,

@@ -427,8 +427,53 @@ def test_reader_restart_without_live_records_goes_ahead_after_the_wait() -> None
 def test_reader_new_query_reads_in_order_from_its_starting_offsets() -> None:
     reader, _ = make_reader({0: 1000}, startingOffsets="earliest")
     start = reader.initialOffset()
-    assert start == {T: {"0": 0}}
-    assert reader.latestOffset(start, all_rows()) == {T: {"0": 1000}}
+    end = reader.latestOffset(start, all_rows())
+    assert decode_offset(end) == {(T, 0): pos(1000)}
+    (task,) = reader.partitions(start, end)
+    assert task.slices == (Slice(T, 0, 0, 1000, False),)
+
+
+def _batch_zero(reader, initial: dict, end: dict) -> list[Slice]:
+    return [s for t in reader.partitions(initial, end) for s in t.slices]
+
+
+@pytest.mark.parametrize("starting", ["latest", "earliest", '{"orders": {"0": 40, "1": -1}}'])
+def test_initial_offset_is_one_answer_for_every_call_and_every_driver(starting: str) -> None:
+    """Spark asks for the initial offset to plan batch 0, again to run it, and again on a new
+    driver that replays batch 0 after a crash; the log ends move meanwhile (issue 19, items 1
+    and 7: records that arrived between the calls were never read)."""
+    reader, kafka = make_reader({0: 100, 1: 100}, startingOffsets=starting)
+    initial = reader.initialOffset()
+    end = reader.latestOffset(initial, all_rows())  # batch 0 planned and logged
+    first_run = _batch_zero(reader, initial, end)
+    kafka.highs.update({0: 150, 1: 160})  # records keep arriving
+    again = reader.initialOffset()  # Spark runs batch 0: asks again
+    assert again == initial
+    assert _batch_zero(reader, again, end) == first_run
+    # the driver dies before batch 0 commits; a new one replays batch 0 from the logged end
+    replay, _ = make_reader({0: 190, 1: 200}, startingOffsets=starting)
+    assert replay.initialOffset() == initial
+    assert _batch_zero(replay, replay.initialOffset(), end) == first_run
+    # and batch 1 continues where batch 0 ended: every record from the start on, once
+    nxt = replay.latestOffset(end, all_rows())
+    later = [s for t in replay.partitions(end, nxt) for s in t.slices]
+    read = {p: [] for p in (0, 1)}
+    for s in first_run + later:
+        read[s.partition].extend(range(s.start, s.end))
+    begin = {"latest": {0: 100, 1: 100}, "earliest": {0: 0, 1: 0}}.get(starting, {0: 40, 1: 100})
+    assert read == {p: list(range(begin[p], {0: 190, 1: 200}[p])) for p in (0, 1)}
+
+
+def test_available_now_new_query_from_latest_reports_no_false_loss() -> None:
+    """The target is fetched before the initial offset is resolved; a busy topic's log end has
+    moved on by then (issue 19, item 7: "log end 359 is below the next offset 361")."""
+    reader, kafka = make_reader({0: 359}, startingOffsets="latest")
+    reader.prepareForTriggerAvailableNow()
+    kafka.highs[0] = 361
+    initial = reader.initialOffset()
+    end = reader.latestOffset(initial, all_rows())
+    assert decode_offset(end) == {(T, 0): pos(359)}
+    assert reader.latestOffset(end, all_rows()) == end  # nothing past the target: the run ends
 
 
 def test_reader_available_now_stops_at_the_target_after_draining() -> None:
