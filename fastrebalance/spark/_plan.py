@@ -309,8 +309,9 @@ def plan_end(
       ``[next, restart_end)`` into pending and continues from ``restart_end``: the live stream
       flows at once. A plan that skips any backlog drains none, so the first batch after a
       restart only carries live records.
-    * The live stream advances to the log end (capped by ``target`` for Trigger.AvailableNow),
-      at most ``fresh_limit`` records in total (Spark's ``maxOffsetsPerTrigger``).
+    * The live stream advances to the log end (capped by ``target`` for Trigger.AvailableNow:
+      a partition the target does not name, one that appeared after it was fixed, is neither
+      added nor read on), at most ``fresh_limit`` records in total (``maxOffsetsPerTrigger``).
     * Otherwise up to ``catchup_budget`` backlog records leave pending, lowest offsets first,
       one chunk per partition in turn (largest backlog first), so the partitions' backlogs
       progress in parallel and a batch is never held hostage by backlog work.
@@ -329,9 +330,11 @@ def plan_end(
         m = marks.get(tp)
         if tp not in start:
             assert m is not None
+            if target is not None and tp not in target:
+                continue  # appeared after the run's target was fixed: the next run reads it
             first = m.low if new_partitions_from_earliest else m.high
             if target is not None:
-                first = min(first, target.get(tp, first))
+                first = min(first, target[tp])
             plan.end[tp] = PartitionPosition(first)
             continue
         pos = start[tp]
@@ -339,7 +342,8 @@ def plan_end(
             plan.end[tp] = pos
             continue
         nxt, pending = pos.next, RangeSet(pos.pending)
-        high = m.high if target is None else min(m.high, target.get(tp, m.high))
+        # Under a target (Trigger.AvailableNow), a partition it does not name is not read on.
+        high = m.high if target is None else min(m.high, target.get(tp, nxt))
         where = f"{tp[0]}-{tp[1]}"
         if m.high < nxt:
             plan.losses.append(

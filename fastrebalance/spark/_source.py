@@ -59,6 +59,10 @@ __all__ = ["SCHEMA", "FastRebalanceDataSource", "FastRebalanceStreamReader", "Ka
 
 log = logging.getLogger("fastrebalance.spark")
 
+#: The default read limit when maxOffsetsPerTrigger is not set: no limit, but not
+#: ReadAllAvailable, which Spark passes for Trigger.Once only (Java's Long.MAX_VALUE).
+NO_LIMIT = 2**63 - 1
+
 #: A backlog at most this share above the adaptive budget is read in one batch (see
 #: FastRebalanceStreamReader._batch_budget).
 TAIL_SHARE = 0.25
@@ -129,8 +133,10 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return initial_offset(self.options.starting.spec())
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # Never ReadAllAvailable: Spark passes that for Trigger.Once only, which must read
+        # everything available (the backlog too) in its one batch, so it must be told apart.
         limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        return ReadMaxRows(NO_LIMIT if limit is None else limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
         # "Everything available now" is the log end at this moment; the backlog already in the
@@ -148,15 +154,21 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             )
         else:
             begin = decode_offset(start)
+        # Trigger.Once: one batch, which reads everything there is, backlog included (a skip
+        # would leave the backlog for a next run that skips again).
+        once = isinstance(limit, ReadAllAvailable)
         if first_call:
-            self._restart_ends = self._decide_restart(new_query, begin, marks)
+            self._restart_ends = {} if once else self._decide_restart(new_query, begin, marks)
             self._restart_at = time.monotonic()
-        budget = self._batch_budget(begin)
+        budget = max(pending_count(begin), 1) if once else self._batch_budget(begin)
+        fresh_limit = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if fresh_limit is not None and fresh_limit >= NO_LIMIT:
+            fresh_limit = None
         plan = plan_end(
             begin,
             marks,
             restart_ends=self._restart_ends,
-            fresh_limit=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            fresh_limit=fresh_limit,
             catchup_budget=budget,
             chunk_size=self.options.chunk_size,
             target=self._target,

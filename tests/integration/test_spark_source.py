@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -118,7 +119,9 @@ class FreshProducer(threading.Thread):
     def run(self) -> None:
         while not self.halt.is_set():
             self.producer.produce(
-                self.topic, value=f"fresh-{self.sent}".encode(), partition=self.sent % 4
+                self.topic,
+                value=f"fresh-{self.sent}".encode(),
+                partition=self.sent % self.partitions,
             )
             self.producer.poll(0)
             self.sent += 1
@@ -238,6 +241,83 @@ def test_new_query_from_latest_on_a_busy_topic_loses_nothing(
         got = sorted(r.offset for r in rows if r.partition == p)
         high = 100 + len(range(p, fresh.sent, 4))
         assert got == list(range(got[0], high)), f"partition {p}: a gap or a duplicate"
+
+
+def test_trigger_once_runs_read_the_backlog_too(spark, kafka_cluster, topic_factory, tmp_path):
+    """Issue 19, item 2: every Trigger.Once run is a restart. It skipped a backlog above
+    catchup.threshold and, with no live record, planned no batch: the job never caught up."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    recorder = Recorder()
+
+    def run() -> None:
+        q = (
+            reader(spark, bs, topic, catchup_threshold=1000)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(once=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "Trigger.Once did not finish"
+        assert q.exception() is None, q.exception()
+
+    produce(bs, topic, 2, 200, "old")
+    run()
+    produce(bs, topic, 2, 6000, "backlog")  # 3000 per partition: above the threshold
+    run()
+    assert_each_offset_once(recorder, {0: 3100, 1: 3100})
+    assert len(recorder.batches) == 2
+
+
+def test_available_now_ends_when_a_subscribed_topic_appears_during_the_run(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, item 3: a topic (or partition) that appeared during an AvailableNow run was
+    read to its live end in every batch, so the run never ended. Spark's Kafka source fixes
+    the target when the run starts; the next run reads the newcomer from its first offset."""
+    bs, first = kafka_cluster.bootstrap_servers, topic_factory(2)
+    late = f"t-{uuid4().hex[:10]}"
+    produce(bs, first, 2, 4000, "old")
+    busy = FreshProducer(bs, late, 2)
+    batches: dict[str, list[int]] = {}
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        for r in df.select("topic", "offset").collect():
+            batches.setdefault(r.topic, []).append(r.offset)
+        if batch_id == 0:
+            kafka_cluster.create_topic(late, 2)
+            busy.start()
+            time.sleep(6)  # the driver lists partitions every 5 s: let it see the topic
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("fastrebalance")
+            .option("kafka.bootstrap.servers", bs)
+            .option("subscribe", f"{first},{late}")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 1000)
+            .option("kafka.fetch.wait.max.ms", "10")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        ended = q.awaitTermination(90)
+        if not ended:
+            q.stop()
+        assert ended, "Trigger.AvailableNow did not end"
+        assert q.exception() is None, q.exception()
+
+    try:
+        run()
+        assert late not in batches, "read a topic that appeared after the run's target"
+    finally:
+        busy.stop()
+    run()
+    assert sorted(batches[first]) == sorted(list(range(2000)) * 2)
+    assert sorted(batches[late]) == sorted(
+        [o for p in range(2) for o in range(len(range(p, busy.sent, 2)))]
+    )
 
 
 def _restart_scenario(

@@ -398,6 +398,16 @@ def make_reader(highs: dict[int, int], **extra: str):
 
 
 def all_rows():
+    """The limit Spark passes to every trigger but Once when maxOffsetsPerTrigger is unset."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from fastrebalance.spark._source import NO_LIMIT
+
+    return ReadMaxRows(NO_LIMIT)
+
+
+def once():
+    """The limit Spark passes under Trigger.Once, whatever the source's default."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     return ReadAllAvailable()
@@ -494,6 +504,49 @@ def test_reader_available_now_stops_at_the_target_after_draining() -> None:
     assert sum(s.size for s in seen) == 300 and max(s.end for s in seen) == 300
 
 
+def test_trigger_once_after_a_restart_reads_the_backlog_too() -> None:
+    """Issue 19, item 2: each Trigger.Once run is a restart; it skipped the backlog and, with
+    no live record to wait for, planned no batch at all, so a periodic job never caught up."""
+    reader, _ = make_reader({0: 30_000, 1: 200}, **{"catchup.maxOffsetsPerTrigger": "1000"})
+    start = {T: {"0": [100, [0, 50]], "1": 100}}  # a pending range from an earlier run
+    end = reader.latestOffset(start, once())
+    assert end == {T: {"0": 30_000, "1": 200}}
+    slices = [s for t in reader.partitions(start, end) for s in t.slices]
+    read = sorted((s.partition, s.start, s.end) for s in slices)
+    assert read == [(0, 0, 50), (0, 100, 30_000), (1, 100, 200)]
+
+
+def test_available_now_ignores_partitions_that_appear_during_the_run() -> None:
+    """Issue 19, item 3: a partition (or a subscribed topic) that appeared after the target
+    was fixed was read to its live end in every batch, and the run never ended."""
+    reader, kafka = make_reader({0: 500}, **{"catchup.maxOffsetsPerTrigger": "100"})
+    reader.prepareForTriggerAvailableNow()
+    offset: dict = {T: {"0": [500, [0, 300]]}}
+    for batch in range(20):
+        kafka.highs[1] = 100 * (batch + 1)  # a new partition, busy, keeps growing
+        end = reader.latestOffset(offset, all_rows())
+        if end == offset:
+            break
+        slices = [s for t in reader.partitions(offset, end) for s in t.slices]
+        assert all(s.partition == 0 for s in slices), slices
+        offset = end
+    else:
+        raise AssertionError("Trigger.AvailableNow never ended")
+    assert decode_offset(offset) == {(T, 0): pos(500)}
+    # the next run's target includes it: read from its first offset on
+    nxt, kafka = make_reader(dict(kafka.highs))
+    nxt.prepareForTriggerAvailableNow()
+    end = nxt.latestOffset(offset, all_rows())
+    assert decode_offset(end)[(T, 1)] == pos(0)
+
+
+def test_plan_under_a_target_leaves_unnamed_partitions_alone() -> None:
+    start = {(T, 0): pos(10), (T, 1): pos(5)}
+    marks = {(T, 0): Marks(0, 50), (T, 1): Marks(0, 50), (T, 2): Marks(0, 50)}
+    plan = plan_end(start, marks, target={(T, 0): 40})
+    assert plan.end == {(T, 0): pos(40), (T, 1): pos(5)}
+
+
 def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
     from fastrebalance.spark import _source
 
@@ -534,7 +587,8 @@ def test_reader_default_read_limit_and_pickling() -> None:
 
     reader, _ = make_reader({0: 1}, maxOffsetsPerTrigger="70")
     assert reader.getDefaultReadLimit() == ReadMaxRows(70)
-    assert make_reader({0: 1})[0].getDefaultReadLimit() == ReadAllAvailable()
+    # never ReadAllAvailable: that is how Trigger.Once is told apart
+    assert make_reader({0: 1})[0].getDefaultReadLimit() == all_rows() != ReadAllAvailable()
     clone = pickle.loads(pickle.dumps(reader))  # what Spark ships to executors
     assert clone.options == reader.options and clone._restart_ends is None
 
