@@ -220,13 +220,14 @@ def _read_one(
 
     Offsets may be missing inside the slice (compaction, transaction markers): the read ends
     at the first record at or past ``end``, or at partition EOF once the log end has reached
-    ``end``. A slice whose start was deleted by retention is data loss, reported per
-    ``failOnDataLoss``.
+    ``end``. Records deleted by retention before they were read (the slice starts below the
+    log start, even a replayed slice that lies wholly below it) are data loss, reported per
+    ``failOnDataLoss``: the consumer's ``auto.offset.reset=error`` turns an out-of-range
+    fetch into an error event instead of a silent jump to the log start.
     """
     tp = TopicPartition(sl.topic, sl.partition)
     consumer.assign([TopicPartition(sl.topic, sl.partition, sl.start)])
     cols = _Columns()
-    first = True
     waited_since = time.monotonic()
     done = False
     expected = sl.start  # the next offset the slice still needs
@@ -249,6 +250,15 @@ def _read_one(
                 continue  # left over from this consumer's previous assignment
             err = m.error()
             if err is not None:
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    resume = _deleted_below(consumer, tp, sl, expected, options)
+                    if resume is None:
+                        done = True
+                        break
+                    consumer.incremental_unassign([tp])
+                    consumer.incremental_assign([TopicPartition(sl.topic, sl.partition, resume)])
+                    expected = resume
+                    break  # the rest of this call's messages predate the new position
                 if err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(err)
                 eof = m.offset()
@@ -257,14 +267,11 @@ def _read_one(
                     break
                 continue  # e.g. an open transaction: the records up to end will come
             offset: int = m.offset()  # type: ignore[assignment]  # a record: it has one
-            if offset < sl.start:
+            if offset < expected:
                 continue  # left over from a previous assignment of the same partition
             if offset >= sl.end:
                 done = True
                 break
-            if first and offset > sl.start:
-                _check_start_deleted(consumer, tp, sl, offset, options)
-            first = False
             expected = offset + 1
             ts_type, ts = m.timestamp()
             cols.keys.append(m.key())
@@ -286,17 +293,28 @@ def _loss(message: str, options: SourceOptions) -> None:
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
 
-def _check_start_deleted(
-    consumer: Consumer, tp: TopicPartition, sl: Slice, got: int, options: SourceOptions
-) -> None:
-    """A slice that starts past its start: compaction (fine) or retention (data loss)?"""
-    low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-    if low > sl.start:
+def _deleted_below(
+    consumer: Consumer, tp: TopicPartition, sl: Slice, at: int, options: SourceOptions
+) -> int | None:
+    """The fetch at ``at`` was out of range: report the loss, and where to go on (None: stop).
+
+    Below the log start, the records up to it were deleted (retention, DeleteRecords). Above
+    the log end, the log was truncated (or the topic recreated) under the slice.
+    """
+    low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    if at >= low:
         _loss(
-            f"{sl.topic}-{sl.partition}: offsets [{sl.start}, {min(low, got)}) were deleted"
-            " before they were read",
+            f"{sl.topic}-{sl.partition}: the log ends at {high}, below offset {at} of the"
+            f" planned range [{sl.start}, {sl.end}) (truncated, or the topic was recreated)",
             options,
         )
+        return None
+    _loss(
+        f"{sl.topic}-{sl.partition}: offsets [{at}, {min(low, sl.end)}) were deleted before"
+        f" they were read (the log now starts at {low})",
+        options,
+    )
+    return low if low < sl.end else None
 
 
 def _log_end_below(

@@ -168,7 +168,9 @@ class SourceOptions:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
+            # A read that starts below the log start (retention) must not silently jump to it:
+            # an error event says which records are gone (see _kafka, failOnDataLoss).
+            "auto.offset.reset": "error",
         }
         return conf
 

@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from fastrebalance.spark import _kafka
 from fastrebalance.spark._kafka import (
@@ -120,23 +121,52 @@ def test_fetcher_sees_partitions_and_log_ends(kafka_cluster, topic_factory) -> N
         fetcher.close()
 
 
-def test_records_deleted_before_reading_are_data_loss(kafka_cluster, topic_factory) -> None:
-    if kafka_cluster.kind != "embedded":
-        pytest.skip("relies on the mock cluster's small per-partition retention")
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    # ~45k uncompressed 100-byte records fit a mock partition: push the first ones out.
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
-    for i in range(60_000):
-        p.produce(topic, value=b"x" * 100, partition=0)
-        if i % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(30) == 0
+def _delete_the_first_records(cluster, topic: str) -> int:
+    """Records at the start of partition 0 deleted; returns the new log start.
+
+    A real broker deletes them on request (DeleteRecords, as retention would); the mock has
+    no DeleteRecords but keeps only ~45k records per partition, so overflowing it does it.
+    """
+    bs = cluster.bootstrap_servers
+    if cluster.kind == "embedded":
+        p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+        for i in range(60_000):
+            p.produce(topic, value=b"x" * 100, partition=0)
+            if i % 10_000 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+    else:
+        _produce(bs, topic, 2000)
+        admin = AdminClient({"bootstrap.servers": bs})
+        for future in admin.delete_records([TopicPartition(topic, 0, 1500)]).values():
+            future.result(30)
     fetcher = OffsetFetcher(_options(bs, topic))
     low = fetcher.marks(refresh=True)[(topic, 0)].low
     fetcher.close()
-    assert low > 0
+    assert low > 100
+    return low
+
+
+def test_records_deleted_before_reading_are_data_loss(kafka_cluster, topic_factory) -> None:
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    low = _delete_the_first_records(kafka_cluster, topic)
     sl = Slice(topic, 0, 0, low + 10, True)
     with pytest.raises(DataLossError, match="deleted"):
         _read(sl, _options(bs, topic))
     rows = _read(sl, _options(bs, topic, failOnDataLoss="false"))
     assert [r["offset"] for r in rows] == list(range(low, low + 10))
+
+
+def test_a_slice_wholly_deleted_is_data_loss_too(kafka_cluster, topic_factory) -> None:
+    """Issue 19, item 4: a replayed batch whose records retention deleted in the meantime
+    finished without an error and without the records (the consumer jumped to the log start,
+    past the slice's end, and the read ended there as if done)."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    low = _delete_the_first_records(kafka_cluster, topic)
+    sl = Slice(topic, 0, 10, 60, True)
+    with pytest.raises(DataLossError, match=r"\[10, 60\) were deleted"):
+        _read(sl, _options(bs, topic))
+    assert _read(sl, _options(bs, topic, failOnDataLoss="false")) == []
+    # and a slice that ends exactly at the log start
+    with pytest.raises(DataLossError, match="deleted"):
+        _read(Slice(topic, 0, low - 5, low, False), _options(bs, topic))

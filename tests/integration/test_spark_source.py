@@ -8,6 +8,7 @@ first run instead of counting twice, which is the at-least-once Spark itself pro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,7 +28,8 @@ pytest.importorskip("pyarrow")
 if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
     pytest.skip("Spark needs a Java runtime", allow_module_level=True)
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -498,6 +500,55 @@ def test_available_now_after_restart_drains_the_whole_backlog(
     # the last offset Spark logged holds no pending range: nothing is left behind
     logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
     assert logs[-1].read_text().splitlines()[-1] == f'{{"{topic}": {{"0": 6100, "1": 6100}}}}'
+
+
+def test_a_replayed_batch_whose_records_were_deleted_fails_the_query(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, item 4: the driver died inside a batch, retention then deleted its records,
+    and the replay finished without them and without an error. failOnDataLoss=true (the
+    default) must fail the query, as Spark's Kafka source does; false goes on without them."""
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("the mock cluster has no DeleteRecords, and its size-capped retention"
+                    " cannot be aimed at the records of one logged batch")  # fmt: skip
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    checkpoint, recorder = tmp_path / "ck", Recorder()
+
+    def run(**options: Any) -> Any:
+        q = (
+            reader(spark, bs, topic, **options)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(once=True)
+            .start()
+        )
+        with contextlib.suppress(Exception):  # its error is checked through q.exception()
+            q.awaitTermination(120)
+        return q
+
+    produce(bs, topic, 2, 200, "old")
+    assert run().exception() is None
+    produce(bs, topic, 2, 4000, "backlog")
+    assert run().exception() is None
+    batch = _forget_last_commit(checkpoint, max(recorder.batches))  # died inside the batch
+    first = sorted((r.partition, r.offset) for r in recorder.batches[batch])
+    assert first == [(p, o) for p in range(2) for o in range(100, 2100)]
+    produce(bs, topic, 2, 400, "later")
+    admin = AdminClient({"bootstrap.servers": bs})  # the batch's whole range, as a segment
+    deleted = admin.delete_records([TopicPartition(topic, p, 2100) for p in range(2)])
+    for future in deleted.values():
+        future.result(30)
+
+    failed = run()
+    assert failed.exception() is not None, "the replay lost records without an error"
+    assert "[100, 2100) were deleted" in str(failed.exception())
+    assert len(recorder.attempts[batch]) == 1, "the failed replay reached the sink"
+    assert run(failOnDataLoss="false").exception() is None
+    assert recorder.attempts[batch][-1] == []  # replayed, without the records that are gone
+    assert run().exception() is None  # and the query goes on from there
+    assert sorted(r.offset for r in recorder.batches[batch + 1]) == sorted(
+        list(range(2100, 2300)) * 2
+    )
 
 
 def test_crash_mid_catchup_replays_the_same_batch_and_loses_nothing(
