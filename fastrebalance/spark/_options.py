@@ -76,8 +76,9 @@ OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "catchup.firstBatchWaitMs": (
         str(DEFAULT_FIRST_BATCH_WAIT_MS),
-        "after a restart, how long the first batch may wait for a live record, so that it"
-        " carries live data (the backlog starts with the second batch)",
+        "after a restart, how long the first batch may wait (inside the planning call) for a"
+        " live record, so that it carries live data and the backlog starts with the second"
+        " batch; without one by then, the first batch starts the backlog",
     ),
     "catchup.watermarkCacheMs": (
         str(DEFAULT_WATERMARK_CACHE_MS),

@@ -302,13 +302,15 @@ def plan_end(
     chunk_size: int = 25_000,
     target: Mapping[TopicPartitionKey, int] | None = None,
     new_partitions_from_earliest: bool = True,
+    drain_on_restart: bool = False,
 ) -> Plan:
     """The end offset of the next batch.
 
     * A partition in ``restart_ends`` that has not yet passed that point moves its backlog
       ``[next, restart_end)`` into pending and continues from ``restart_end``: the live stream
-      flows at once. A plan that skips any backlog drains none, so the first batch after a
-      restart only carries live records.
+      flows at once. A plan that skips any backlog drains none (unless ``drain_on_restart``:
+      the caller found no live record to hold back), so the first batch after a restart only
+      carries live records.
     * The live stream advances to the log end (capped by ``target`` for Trigger.AvailableNow:
       a partition the target does not name, one that appeared after it was fixed, is neither
       added nor read on), at most ``fresh_limit`` records in total (``maxOffsetsPerTrigger``).
@@ -371,7 +373,7 @@ def plan_end(
         nexts[tp], highs[tp], pendings[tp] = nxt, max(high, nxt), pending
 
     grants = allocate({tp: highs[tp] - nexts[tp] for tp in nexts}, fresh_limit)
-    if not plan.restarted:
+    if not plan.restarted or drain_on_restart:
         _drain(pendings, catchup_budget, chunk_size)
     for tp in nexts:
         plan.end[tp] = PartitionPosition(nexts[tp] + grants[tp], pendings[tp].as_tuple())
@@ -449,8 +451,9 @@ class Slice:
 def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
     """What the batch ``start → end`` reads, as input partitions; pure in its arguments.
 
-    Live spans come first (one slice per partition, so Spark schedules them first) and backlog
-    comes in chunks of at most ``chunk_size`` records, each its own task. A partition absent
+    Live spans come first (so Spark schedules them first) and backlog after them; both are
+    cut into chunks of at most ``chunk_size`` records (a large live span, e.g. a new query
+    from the earliest offsets, is read in parallel like the backlog). A partition absent
     from ``start`` is read from the next batch on (its first plan only records where it starts).
     """
     if chunk_size < 1:
@@ -469,7 +472,10 @@ def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
         for a, b in still_pending:
             spans.remove(a, b)
             drained.remove(a, b)
-        live.extend(Slice(topic, partition, a, b, False) for a, b in spans)
+        for a, b in spans:
+            live.extend(
+                Slice(topic, partition, c, d, False) for c, d in _even_chunks(a, b, chunk_size)
+            )
         for a, b in drained:
             backlog.extend(
                 Slice(topic, partition, c, d, True) for c, d in _even_chunks(a, b, chunk_size)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +38,7 @@ from ._options import FIRST_CATCHUP_BUDGET, SourceOptions, parse_options
 from ._plan import (
     Marks,
     PartitionPosition,
+    Plan,
     Slice,
     TopicPartitionKey,
     batch_zero_end,
@@ -62,6 +63,14 @@ log = logging.getLogger("fastrebalance.spark")
 #: The default read limit when maxOffsetsPerTrigger is not set: no limit, but not
 #: ReadAllAvailable, which Spark passes for Trigger.Once only (Java's Long.MAX_VALUE).
 NO_LIMIT = 2**63 - 1
+
+#: How often the restart batch polls the log ends while it waits for a live record.
+LIVE_POLL_S = 0.02
+
+#: A gap between two planning calls within this share (and jitter) of the shortest one seen is
+#: taken as the trigger's pace, not a batch's duration (see _adapt_budget).
+PACE_SLACK = 1.1
+PACE_JITTER_S = 0.05
 
 #: A backlog at most this share above the adaptive budget is read in one batch (see
 #: FastRebalanceStreamReader._batch_budget).
@@ -114,8 +123,10 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._fetcher = OffsetFetcher(options)
         self._restart_ends: dict[TopicPartitionKey, int] | None = None
         self._target: dict[TopicPartitionKey, int] | None = None
-        self._restart_at = 0.0
         self._budget = options.catchup_budget or FIRST_CATCHUP_BUDGET
+        # When this run's latestOffset was last called, and the shortest gap between two calls.
+        self._last_call: float | None = None
+        self._min_gap = float("inf")
         # The last batch planned with backlog: (its end, when it was planned, backlog records
         # it drains, the budget it had), until its duration is known.
         self._timing: tuple[dict[str, Any], float, int, int] | None = None
@@ -144,7 +155,8 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._target = {tp: m.high for tp, m in self._fetcher.marks(refresh=True).items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        self._adapt_budget(start)
+        now = time.monotonic()
+        self._adapt_budget(start, now)
         first_call = self._restart_ends is None
         marks = self._fetcher.marks(refresh=first_call)
         new_query = is_initial(start)
@@ -159,22 +171,26 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         once = isinstance(limit, ReadAllAvailable)
         if first_call:
             self._restart_ends = {} if once else self._decide_restart(new_query, begin, marks)
-            self._restart_at = time.monotonic()
         budget = max(pending_count(begin), 1) if once else self._batch_budget(begin)
         fresh_limit = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if fresh_limit is not None and fresh_limit >= NO_LIMIT:
             fresh_limit = None
-        plan = plan_end(
-            begin,
-            marks,
-            restart_ends=self._restart_ends,
-            fresh_limit=fresh_limit,
-            catchup_budget=budget,
-            chunk_size=self.options.chunk_size,
-            target=self._target,
-        )
-        if plan.restarted and self._wait_for_live(begin, plan.end):
-            return start
+
+        def plan_for(marks: dict[TopicPartitionKey, Marks], drain: bool = False) -> Plan:
+            return plan_end(
+                begin,
+                marks,
+                restart_ends=self._restart_ends,
+                fresh_limit=fresh_limit,
+                catchup_budget=budget,
+                chunk_size=self.options.chunk_size,
+                target=self._target,
+                drain_on_restart=drain,
+            )
+
+        plan = plan_for(marks)
+        if plan.restarted:
+            plan = self._restart_plan(plan, begin, plan_for)
         for problem in plan.losses:
             if self.options.fail_on_data_loss:
                 raise RuntimeError(problem + " (set failOnDataLoss=false to skip them)")
@@ -196,10 +212,38 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if plan.end == begin:
             return start
         end = encode_offset(plan.end)
-        drained = pending_count(begin) - pending_count(plan.end)
-        if drained > 0 and not plan.restarted:
+        slices = plan_slices(begin, plan.end, self.options.chunk_size)
+        drained = sum(s.size for s in slices if s.catchup)
+        if drained > 0:
             self._timing = (end, time.monotonic(), drained, budget)
         return end
+
+    def _restart_plan(
+        self,
+        plan: Plan,
+        begin: dict[TopicPartitionKey, PartitionPosition],
+        plan_for: Callable[..., Plan],
+    ) -> Plan:
+        """The first batch after a restart: live records only, if any come in time.
+
+        Planned at the very instant of the restart, the batch would usually hold no live
+        record (its restart point is the log end read by this same call), and returning "no
+        new data" to wait for one costs a whole trigger interval under a processingTime
+        trigger. So the wait happens here, polling the log ends, for at most
+        ``catchup.firstBatchWaitMs``. A restart batch that still has no live record carries
+        backlog instead: there is nothing fresh for it to hold back. Trigger.AvailableNow
+        never waits: its live span is fixed already.
+        """
+        deadline = time.monotonic() + self.options.first_batch_wait_s
+        while not self._holds_live(begin, plan):
+            if self._target is not None or time.monotonic() >= deadline:
+                return plan_for(self._fetcher.marks(), drain=True)
+            time.sleep(LIVE_POLL_S)
+            plan = plan_for(self._fetcher.marks(refresh=True))
+        return plan
+
+    def _holds_live(self, begin: dict[TopicPartitionKey, PartitionPosition], plan: Plan) -> bool:
+        return any(not s.catchup for s in plan_slices(begin, plan.end, self.options.chunk_size))
 
     def _batch_budget(self, begin: dict[TopicPartitionKey, PartitionPosition]) -> int:
         """The adaptive budget, stretched to take a small remainder along.
@@ -213,25 +257,38 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         left = pending_count(begin)
         return left if self._budget < left <= self._budget * (1 + TAIL_SHARE) else self._budget
 
-    def _adapt_budget(self, start: dict[str, Any]) -> None:
+    def _adapt_budget(self, start: dict[str, Any], now: float) -> None:
         """Size the next backlog batch by how long the last one took (unless the user fixed it).
 
         Spark plans the next batch only once the previous one has run and committed, so the
-        time from planning a batch to the next call that starts at its end is that batch's
-        duration, as the live stream sees it. A batch's end is decided here, before Spark logs
-        it, so a budget that depends on timing keeps every batch a pure function of its
-        logged offsets: a replay after a crash reads the logged batch, whatever the budget.
+        time from planning a batch to the next call that starts at its end is at least that
+        batch's duration. Under a processingTime trigger it is also at least the interval:
+        Spark waits for the next tick. Scaling by that time shrank the budget by
+        target/interval after every batch, down to one chunk per trigger, however fast the
+        batches were (issue 19, item 6). So a time no longer than the shortest gap between
+        two calls of this run (idle polls, the restart batch: the trigger's own pace) says
+        only that the batch took at most that long: it may grow the budget, never shrink it.
+
+        A batch's end is decided here, before Spark logs it, so a budget that depends on
+        timing keeps every batch a pure function of its logged offsets: a replay after a
+        crash reads the logged batch, whatever the budget.
         """
+        gap = None if self._last_call is None else now - self._last_call
+        paced = gap is not None and gap <= self._min_gap * PACE_SLACK + PACE_JITTER_S
+        if gap is not None:
+            self._min_gap = min(self._min_gap, gap)
+        self._last_call = now
         if self._timing is None or self.options.catchup_budget is not None:
             return
         end, planned_at, drained, budget = self._timing
         if start != end:
             return
         self._timing = None
-        seconds = time.monotonic() - planned_at
-        self._budget = next_catchup_budget(
+        seconds = now - planned_at
+        scaled = next_catchup_budget(
             budget, drained, seconds, self.options.target_batch_s, self.options.chunk_size
         )
+        self._budget = max(scaled, budget) if paced else scaled
         if self._budget != budget:
             log.info(
                 "backlog budget %d -> %d records per batch (the last batch drained %d in %.1fs;"
@@ -263,26 +320,6 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 for tp, m in marks.items()
             }
         return detect_restart(begin, marks, self.options.catchup_threshold)
-
-    def _wait_for_live(
-        self,
-        begin: dict[TopicPartitionKey, PartitionPosition],
-        end: dict[TopicPartitionKey, PartitionPosition],
-    ) -> bool:
-        """Hold back a restart batch that has no live record yet, for a short while.
-
-        The first batch after a restart carries no backlog by design; planned at the very
-        instant of the restart it would usually carry nothing at all, and the first live
-        records would then wait for the next batch, behind backlog work. Waiting briefly lets
-        the first batch carry them. The wait is bounded so that an idle topic's backlog still
-        drains, and skipped under Trigger.AvailableNow, whose live span is fixed already.
-        """
-        if self._target is not None:
-            return False
-        waited = time.monotonic() - self._restart_at
-        if waited >= self.options.first_batch_wait_s:
-            return False
-        return not any(not s.catchup for s in plan_slices(begin, end, self.options.chunk_size))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         marks = self._fetcher.marks()

@@ -467,6 +467,41 @@ def test_restart_without_catchup_reads_fresh_records_after_the_backlog(
     print(f"baseline: first fresh record {recorder.arrived[first] - restarted:.2f}s after restart")
 
 
+def test_processing_time_restart_batch_does_not_wait_an_interval(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, item 5: the restart batch answered "no new data" until a live record came,
+    and under processingTime Spark asks again only at the next tick: with a 20-second
+    trigger the first fresh record reached the sink 20.7 s after the restart."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    checkpoint, recorder = str(tmp_path / "ck"), Recorder()
+
+    def start(**trigger: Any) -> Any:
+        return (
+            reader(spark, bs, topic, catchup_threshold=1000)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    produce(bs, topic, 4, 400, "old")
+    assert start(availableNow=True).awaitTermination(120)
+    produce(bs, topic, 4, 20_000, "backlog")
+    fresh = FreshProducer(bs, topic, 4)
+    fresh.start()
+    restarted = time.monotonic()
+    q = start(processingTime="60 seconds")
+    try:
+        wait_until(lambda: recorder.count("fresh") > 0, 40, "a fresh record in the sink")
+    finally:
+        q.stop()
+        fresh.stop()
+    first = min(b for b, rows in recorder.batches.items() if any(r.tag == "fresh" for r in rows))
+    assert recorder.arrived[first] - restarted < 40  # the next tick is 60 s away
+    assert not any(r.catchup for r in recorder.batches[first])
+
+
 def test_available_now_after_restart_drains_the_whole_backlog(
     spark, kafka_cluster, topic_factory, tmp_path
 ):

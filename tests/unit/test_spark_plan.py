@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -239,7 +240,11 @@ def test_nothing_new_gives_back_an_equal_offset() -> None:
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("produce"), st.integers(0, 2), st.integers(1, 400)),
-        st.tuples(st.just("batch"), st.one_of(st.none(), st.integers(1, 300))),
+        # a batch, with a read limit or none; True: a restart batch with no live record to
+        # hold back carries backlog (drain_on_restart)
+        st.tuples(
+            st.just("batch"), st.one_of(st.none(), st.integers(1, 300)), st.booleans()
+        ),
         st.tuples(st.just("restart"), st.integers(0, 200)),
         st.tuples(st.just("crash_mid_batch"), st.just(0)),
         st.tuples(st.just("budget"), st.integers(1, 400)),  # the adaptive budget moved
@@ -264,7 +269,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
     delivered: dict[tuple[str, int], list[int]] = {tp: [] for tp in parts}
     restart_ends: dict = {}
 
-    def run_batch(fresh_limit: int | None, *, deliver: bool) -> None:
+    def run_batch(fresh_limit: int | None, *, deliver: bool, drain: bool = False) -> None:
         nonlocal offset
         assert budget >= 1
         marks = {tp: Marks(0, high[tp]) for tp in parts}
@@ -275,6 +280,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
             fresh_limit=fresh_limit,
             catchup_budget=budget,
             chunk_size=chunk,
+            drain_on_restart=drain,
         )
         assert (
             plan_end(
@@ -284,6 +290,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
                 fresh_limit=fresh_limit,
                 catchup_budget=budget,
                 chunk_size=chunk,
+                drain_on_restart=drain,
             ).end
             == plan.end
         )
@@ -298,10 +305,13 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
         backlog = [s for s in slices if s.catchup]
         assert all(s.size <= chunk for s in backlog)
         assert sum(s.size for s in backlog) <= budget
-        if plan.restarted:
+        if plan.restarted and not drain:
             assert not backlog, "the first batch after a restart carries backlog"
         if fresh_limit is not None:
-            assert sum(s.size for s in slices if not s.catchup) <= fresh_limit
+            # a restart batch that drains reads the first part of the skipped backlog in order
+            # (it holds no live record to put first): that part counts under the budget
+            extra = budget if plan.restarted and drain else 0
+            assert sum(s.size for s in slices if not s.catchup) <= fresh_limit + extra
         if deliver:
             for s in slices:
                 delivered[(s.topic, s.partition)].extend(range(s.start, s.end))
@@ -311,7 +321,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
         if step[0] == "produce":
             high[parts[step[1]]] += step[2]
         elif step[0] == "batch":
-            run_batch(step[1], deliver=True)
+            run_batch(step[1], deliver=True, drain=step[2])
         elif step[0] == "restart":
             marks = {tp: Marks(0, high[tp]) for tp in parts}
             restart_ends = detect_restart(offset, marks, step[1]) if catchup else {}
@@ -376,10 +386,18 @@ def test_required_options() -> None:
 
 # -- the reader's per-run logic, with a fake Kafka (needs pyspark only to import) --------------
 class FakeFetcher:
+    """Log ends as the test sets them; ``live`` records arrive per fresh fetch after ``after``."""
+
     def __init__(self, highs: dict[int, int]) -> None:
         self.highs = highs
+        self.live, self.after, self.fetches = 0, 1, 0
 
     def marks(self, refresh: bool = False) -> dict:
+        if refresh:
+            self.fetches += 1
+            if self.fetches > self.after:
+                for p in self.highs:
+                    self.highs[p] += self.live
         return {(T, p): Marks(0, h) for p, h in self.highs.items()}
 
     def close(self) -> None:
@@ -413,25 +431,41 @@ def once():
     return ReadAllAvailable()
 
 
-def test_reader_restart_waits_for_a_live_record_then_plans_live_only() -> None:
+def test_reader_restart_waits_in_place_for_a_live_record_then_plans_live_only() -> None:
+    """Issue 19, item 5: the restart batch used to answer "no new data" until a live record
+    came, and under a processingTime trigger Spark asks again only an interval later (the
+    first fresh record reached the sink 20.7 s after a restart with a 20-second trigger)."""
     reader, kafka = make_reader({0: 1000})
+    kafka.live, kafka.after = 10, 3  # the first live records land during the third poll
     start = {T: {"0": 0}}  # restored from a checkpoint: this reader never served it
-    assert reader.latestOffset(start, all_rows()) is start  # nothing live yet: no batch
-    kafka.highs[0] = 1010
     end = reader.latestOffset(start, all_rows())
     assert end == {T: {"0": [1010, [0, 1000]]}}
     (task,) = reader.partitions(start, end)
     assert task.slices == (Slice(T, 0, 1000, 1010, False),)
     # the next batch drains backlog, in chunks, under the budget
+    kafka.live = 0
     nxt = reader.latestOffset(end, all_rows())
     chunks = [s for t in reader.partitions(end, nxt) for s in t.slices if s.catchup]
     assert [(s.start, s.end) for s in chunks] == [(0, 1000)]
 
 
-def test_reader_restart_without_live_records_goes_ahead_after_the_wait() -> None:
-    reader, _ = make_reader({0: 1000}, **{"catchup.firstBatchWaitMs": "0"})
+def test_reader_restart_without_live_records_carries_backlog_after_the_wait() -> None:
+    """Nothing fresh to hold back: the restart batch starts the backlog rather than cost a
+    batch (and, under a processingTime trigger, an interval) for nothing."""
+    reader, _ = make_reader({0: 1000}, **{"catchup.firstBatchWaitMs": "50"})
     start = {T: {"0": 0}}
-    assert reader.latestOffset(start, all_rows()) == {T: {"0": [1000, [0, 1000]]}}
+    began = time.monotonic()
+    end = reader.latestOffset(start, all_rows())
+    assert time.monotonic() - began >= 0.05
+    assert end == {T: {"0": 1000}}
+    (task,) = reader.partitions(start, end)  # all of it, in order: like catch-up off
+    assert task.slices == (Slice(T, 0, 0, 1000, False),)
+    # a backlog over the budget: the rest stays pending, the first part is read in chunks
+    reader, _ = make_reader({0: 2_000_000}, **{"catchup.firstBatchWaitMs": "0"})
+    end = reader.latestOffset(start, all_rows())
+    assert end == {T: {"0": [2_000_000, [500_000, 2_000_000]]}}
+    sizes = [s.size for t in reader.partitions(start, end) for s in t.slices]
+    assert sizes == [125_000] * 4
 
 
 def test_reader_new_query_reads_in_order_from_its_starting_offsets() -> None:
@@ -547,19 +581,25 @@ def test_plan_under_a_target_leaves_unnamed_partitions_alone() -> None:
     assert plan.end == {(T, 0): pos(40), (T, 1): pos(5)}
 
 
-def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
+def _timed_reader(monkeypatch, highs: dict[int, int], **options: str):
+    """A reader on a fake clock; each planning call says how long the previous batch took."""
     from fastrebalance.spark import _source
 
     clock = [1000.0]
     monkeypatch.setattr(_source.time, "monotonic", lambda: clock[0])
-    options = {"catchup.chunkSize": "100000", "catchup.firstBatchWaitMs": "0"}
-    reader, _ = make_reader({0: 2_000_000}, **options)
+    reader, kafka = make_reader(highs, **{"catchup.chunkSize": "100000", **options})
+    kafka.live = 10  # a live record comes while the restart batch waits: it is live only
 
     def drained(start: dict, seconds: float) -> tuple[dict, int]:
-        clock[0] += seconds  # the previous batch ran this long
+        clock[0] += seconds  # since the previous planning call
         end = reader.latestOffset(start, all_rows())
         return end, pending_count(decode_offset(start)) - pending_count(decode_offset(end))
 
+    return drained
+
+
+def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
+    drained = _timed_reader(monkeypatch, {0: 2_000_000})
     offset, n = drained({T: {"0": 0}}, 0)  # the restart batch: live only
     assert n == -2_000_000
     offset, n = drained(offset, 1.0)
@@ -569,15 +609,32 @@ def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
     offset, n = drained(offset, 40.0)
     assert n == 250_000  # 1,000,000 took 40 s
     # a backlog just over the budget is read in one batch, not with a tail batch of crumbs
-    reader, _ = make_reader({0: 600_000}, **options)
+    drained = _timed_reader(monkeypatch, {0: 600_000})
     offset, _ = drained({T: {"0": 0}}, 0)
     assert drained(offset, 1.0)[1] == 600_000
     # a budget the user set is a fixed cap, however fast the batches go
-    reader, _ = make_reader({0: 2_000_000}, **options, **{"catchup.maxOffsetsPerTrigger": "300000"})
+    fixed = {"catchup.maxOffsetsPerTrigger": "300000"}
+    drained = _timed_reader(monkeypatch, {0: 2_000_000}, **fixed)
     offset, _ = drained({T: {"0": 0}}, 0)
     for _ in range(3):
         offset, n = drained(offset, 0.5)
         assert n == 300_000
+
+
+def test_reader_budget_is_not_shrunk_by_a_processing_time_interval(monkeypatch) -> None:
+    """Issue 19, item 6: under processingTime="20 seconds" the time from planning a batch to
+    the next planning call is the interval, however fast the batch ran; scaling by it cut the
+    budget from 500,000 to 250,009, then 149,999, down to one chunk per trigger."""
+    drained = _timed_reader(monkeypatch, {0: 10_000_000})
+    offset, n = drained({T: {"0": 0}}, 0)  # the restart batch, at a tick
+    offset, n = drained(offset, 20.0)  # the next tick: the first backlog batch
+    assert n == 500_000
+    for _ in range(3):  # each ran a few seconds, then Spark waited for the next tick
+        offset, n = drained(offset, 20.0)
+        assert n == 500_000
+    offset, n = drained(offset, 50.0)  # this one overran the interval: it ran 50 s
+    offset, n = drained(offset, 20.0)
+    assert n == 100_000  # 500,000 in 50 s, aiming at 10 s
 
 
 def test_reader_default_read_limit_and_pickling() -> None:
