@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,6 +22,7 @@ from ._plan import Marks, Slice, TopicPartitionKey
 __all__ = [
     "ARROW_FIELDS",
     "ARROW_SCHEMA",
+    "ARROW_SCHEMA_WITH_HEADERS",
     "DataLossError",
     "OffsetFetcher",
     "read_slice",
@@ -31,8 +32,12 @@ __all__ = [
 log = logging.getLogger("fastrebalance.spark")
 
 #: The column layout of Spark's Kafka source, plus ``catchup``, as Arrow: Spark checks every
-#: batch a Python source yields against the Arrow form of the declared schema (_source.SCHEMA;
-#: a unit test keeps the two equal), and Arrow batches are far cheaper than tuples.
+#: batch a Python source yields against the Arrow form of the declared schema (_source.schema;
+#: a unit test keeps the two equal), and Arrow batches are far cheaper than tuples. With
+#: includeHeaders, ``headers`` comes before ``catchup``, where Spark's Kafka source has it.
+ARROW_HEADERS = pa.list_(
+    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+)
 ARROW_FIELDS: list[tuple[str, pa.DataType]] = [
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -44,12 +49,15 @@ ARROW_FIELDS: list[tuple[str, pa.DataType]] = [
     ("catchup", pa.bool_()),
 ]
 ARROW_SCHEMA = pa.schema([pa.field(name, dtype, nullable=True) for name, dtype in ARROW_FIELDS])
+ARROW_SCHEMA_WITH_HEADERS = pa.schema(
+    [pa.field(name, dtype, nullable=True) for name, dtype in ARROW_FIELDS[:-1]]
+    + [pa.field("headers", ARROW_HEADERS, nullable=True), ARROW_SCHEMA.field("catchup")]
+)
 
 #: Records per Arrow batch handed to Spark: big enough to amortize the per-batch cost, small
 #: enough that a 25k-record chunk streams in a few batches instead of one memory spike.
 BATCH_ROWS = 8192
 _PARTITION_REFRESH_S = 5.0
-_RETRIES = 3
 
 
 class DataLossError(RuntimeError):
@@ -86,18 +94,23 @@ class OffsetFetcher:
         return self._consumer
 
     def partitions(self, *, refresh: bool = False) -> list[TopicPartitionKey]:
+        """The partitions the subscription reads now: one metadata request for all topics."""
         now = time.monotonic()
         if refresh or now - self._partitions_at > _PARTITION_REFRESH_S:
-            found: list[TopicPartitionKey] = []
-            for topic in self._options.topics:
-                md = _retry(lambda t=topic: self._client().list_topics(t, timeout=10))
-                meta = md.topics.get(topic)
-                if meta is None or meta.error is not None:
-                    log.debug("topic %s has no metadata yet (%s)", topic, meta and meta.error)
-                    continue
-                found.extend((topic, p) for p in sorted(meta.partitions))
-            self._partitions, self._partitions_at = found, now
+            self._partitions = self._options.subscription.select(self.topics())
+            self._partitions_at = now
         return list(self._partitions)
+
+    def topics(self) -> dict[str, list[int]]:
+        """``{topic: partitions}`` of the cluster (topics with an error left out)."""
+        md = self._retry(lambda: self._client().list_topics(timeout=10))
+        out: dict[str, list[int]] = {}
+        for name, meta in md.topics.items():
+            if meta.error is not None:
+                log.debug("topic %s has no metadata (%s)", name, meta.error)
+                continue
+            out[name] = sorted(meta.partitions)
+        return out
 
     def marks(self, *, refresh: bool = False) -> dict[TopicPartitionKey, Marks]:
         """Watermarks of every subscribed partition; ``refresh`` bypasses the cache."""
@@ -106,7 +119,7 @@ class OffsetFetcher:
             client = self._client()
             out: dict[TopicPartitionKey, Marks] = {}
             for topic, p in self.partitions(refresh=refresh):
-                low, high = _retry(
+                low, high = self._retry(
                     lambda t=topic, p=p: client.get_watermark_offsets(
                         TopicPartition(t, p), timeout=10, cached=False
                     )
@@ -115,54 +128,73 @@ class OffsetFetcher:
             self._marks, self._marks_at = out, time.monotonic()
         return dict(self._marks)
 
+    def offsets_for_times(
+        self, stamps: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int]:
+        """Each partition's first offset at or after its timestamp (ms), or -1 if none."""
+        query = [TopicPartition(t, p, ts) for (t, p), ts in sorted(stamps.items())]
+        found = self._retry(lambda: self._client().offsets_for_times(query, timeout=10))
+        out: dict[TopicPartitionKey, int] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+        return out
+
+    def _retry(self, call: Any) -> Any:
+        """fetchOffset.numRetries tries: a broker restart should not fail the whole query."""
+        tries = self._options.fetch_retries
+        for attempt in range(tries):
+            try:
+                return call()
+            except KafkaException:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(self._options.fetch_retry_interval_s * (attempt + 1))
+        raise AssertionError("unreachable")
+
     def close(self) -> None:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             consumer.close()
 
 
-def _retry(call: Any) -> Any:
-    """A few tries for metadata calls: a broker restart should not fail the whole query."""
-    for attempt in range(_RETRIES):
-        try:
-            return call()
-        except KafkaException:
-            if attempt == _RETRIES - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
 class _Columns:
     """Column buffers for one Arrow batch; plain lists, converted once per batch."""
 
-    __slots__ = ("keys", "offsets", "ts", "ts_types", "values")
+    __slots__ = ("headers", "keys", "offsets", "ts", "ts_types", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, include_headers: bool) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
         self.ts: list[int | None] = []
         self.ts_types: list[int] = []
+        # Spark's Kafka source: null for a record without headers, else (key, value) pairs
+        self.headers: list[Any] | None = (
+            [] if include_headers else None
+        )
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def batch(self, sl: Slice) -> pa.RecordBatch:
         n = len(self.offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                pa.array([sl.topic] * n, pa.string()),
-                pa.array([sl.partition] * n, pa.int32()),
-                pa.array(self.offsets, pa.int64()),
-                pa.array(self.ts, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-                pa.array(self.ts_types, pa.int32()),
-                pa.array([sl.catchup] * n, pa.bool_()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.array([sl.topic] * n, pa.string()),
+            pa.array([sl.partition] * n, pa.int32()),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.ts, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(self.ts_types, pa.int32()),
+        ]
+        schema = ARROW_SCHEMA
+        if self.headers is not None:
+            arrays.append(pa.array(self.headers, ARROW_HEADERS))
+            schema = ARROW_SCHEMA_WITH_HEADERS
+        arrays.append(pa.array([sl.catchup] * n, pa.bool_()))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 # One idle consumer per configuration, per Python worker process. Spark reuses its Python
@@ -227,7 +259,7 @@ def _read_one(
     """
     tp = TopicPartition(sl.topic, sl.partition)
     consumer.assign([TopicPartition(sl.topic, sl.partition, sl.start)])
-    cols = _Columns()
+    cols = _Columns(options.include_headers)
     waited_since = time.monotonic()
     done = False
     expected = sl.start  # the next offset the slice still needs
@@ -279,12 +311,14 @@ def _read_one(
             cols.offsets.append(offset)
             cols.ts.append(ts if ts_type else None)
             cols.ts_types.append(ts_type - 1)  # librdkafka 0/1/2 -> Kafka -1/0/1
+            if cols.headers is not None:
+                cols.headers.append(m.headers() or None)
             if offset + 1 >= sl.end:
                 done = True
                 break
         if len(cols) >= batch_rows or (done and len(cols)):
             yield cols.batch(sl)
-            cols = _Columns()
+            cols = _Columns(options.include_headers)
 
 
 def _loss(message: str, options: SourceOptions) -> None:

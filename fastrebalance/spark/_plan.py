@@ -21,7 +21,7 @@ just reads the difference back out, so the two can never disagree about what a b
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "decode_offset",
     "detect_restart",
     "encode_offset",
+    "even_chunks",
     "initial_offset",
     "is_initial",
     "next_catchup_budget",
@@ -50,6 +51,8 @@ __all__ = [
     "plan_end",
     "plan_slices",
     "resolve_start",
+    "spread",
+    "tasks_for",
 ]
 
 TopicPartitionKey = tuple[str, int]
@@ -474,22 +477,24 @@ def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
             drained.remove(a, b)
         for a, b in spans:
             live.extend(
-                Slice(topic, partition, c, d, False) for c, d in _even_chunks(a, b, chunk_size)
+                Slice(topic, partition, c, d, False) for c, d in even_chunks(a, b, chunk_size)
             )
         for a, b in drained:
             backlog.extend(
-                Slice(topic, partition, c, d, True) for c, d in _even_chunks(a, b, chunk_size)
+                Slice(topic, partition, c, d, True) for c, d in even_chunks(a, b, chunk_size)
             )
     return live + backlog
 
 
-def _even_chunks(start: int, end: int, chunk_size: int) -> Iterable[tuple[int, int]]:
+def even_chunks(start: int, end: int, chunk_size: int) -> Iterator[tuple[int, int]]:
     """``[start, end)`` in as few chunks of at most ``chunk_size`` as possible, sized alike.
 
     Cutting at multiples of ``chunk_size`` left a remainder chunk of a few records whenever a
     range was a little over a multiple (a restart backlog always is: it ends where the live
     records began), and each such crumb costs a whole Spark task.
     """
+    if end <= start:
+        return
     count = -(-(end - start) // chunk_size)
     base, extra = divmod(end - start, count)
     at = start
@@ -523,3 +528,35 @@ def pack_tasks(slices: Iterable[Slice], max_records: int) -> list[tuple[Slice, .
     if group:
         live.append(tuple(group))
     return live + backlog
+
+
+def spread(slices: list[Slice], min_partitions: int | None) -> list[Slice]:
+    """At least ``min_partitions`` slices (Spark's minPartitions), large ones split first.
+
+    As Spark's Kafka source does: with fewer slices than asked for, each is cut into a
+    number of even parts proportional to its size (at least one), so the work spreads over
+    the tasks however uneven the partitions are.
+    """
+    if min_partitions is None or len(slices) >= min_partitions:
+        return slices
+    total = sum(s.size for s in slices)
+    if total == 0:
+        return slices
+    out: list[Slice] = []
+    for s in slices:
+        parts = min(max(round(s.size * min_partitions / total), 1), s.size)
+        size = -(-s.size // parts)
+        out.extend(
+            Slice(s.topic, s.partition, a, b, s.catchup)
+            for a, b in even_chunks(s.start, s.end, size)
+        )
+    return out
+
+
+def tasks_for(
+    slices: list[Slice], max_records: int, min_partitions: int | None = None
+) -> list[tuple[Slice, ...]]:
+    """The Spark tasks of a batch: ``minPartitions`` honoured, else small live spans packed."""
+    if min_partitions is not None:
+        return [(s,) for s in spread(slices, min_partitions)]
+    return pack_tasks(slices, max_records)

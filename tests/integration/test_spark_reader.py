@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from fastrebalance.spark import _kafka
 from fastrebalance.spark._kafka import (
     ARROW_SCHEMA,
+    ARROW_SCHEMA_WITH_HEADERS,
     DataLossError,
     OffsetFetcher,
     read_slice,
@@ -75,6 +76,24 @@ def test_slice_yields_exactly_its_offsets(kafka_cluster, topic_factory) -> None:
         range(450, 500)
     )
     assert _read(Slice(topic, 1, 5, 5, False), opts) == []
+
+
+def test_headers_are_read_when_asked_for(kafka_cluster, topic_factory) -> None:
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    p = Producer({"bootstrap.servers": bs})
+    p.produce(topic, value=b"a", partition=0, headers=[("trace", b"t1"), ("empty", None)])
+    p.produce(topic, value=b"b", partition=0)
+    assert p.flush(30) == 0
+    rows = []
+    with_headers = _options(bs, topic, includeHeaders="true")
+    for batch in read_slice(Slice(topic, 0, 0, 2, False), with_headers):
+        assert batch.schema.equals(ARROW_SCHEMA_WITH_HEADERS)
+        rows.extend(batch.to_pylist())
+    assert [r["headers"] for r in rows] == [
+        [{"key": "trace", "value": b"t1"}, {"key": "empty", "value": None}],
+        None,  # no headers: null, as in Spark's Kafka source
+    ]
+    assert "headers" not in _read(Slice(topic, 0, 0, 2, False), _options(bs, topic))[0]
 
 
 def test_a_read_never_asks_kafka_for_more_than_the_slice_holds(

@@ -322,6 +322,98 @@ def test_available_now_ends_when_a_subscribed_topic_appears_during_the_run(
     )
 
 
+def test_batch_read_for_a_backfill(spark, kafka_cluster, topic_factory):
+    """spark.read: a bounded range once, with endingOffsets, includeHeaders, minPartitions."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(300):
+        p.produce(topic, value=f"v{i}".encode(), partition=i % 2, headers=[("n", str(i).encode())])
+    assert p.flush(30) == 0
+    df = (
+        spark.read.format("fastrebalance")
+        .option("kafka.bootstrap.servers", bs)
+        .option("subscribe", topic)
+        .option("endingOffsets", json.dumps({topic: {"0": 100, "1": -1}}))
+        .option("includeHeaders", "true")
+        .option("minPartitions", 4)
+        .load()
+    )
+    assert df.rdd.getNumPartitions() >= 4
+    rows = df.select("partition", "offset", "value", "headers", "catchup").collect()
+    got = sorted((r.partition, r.offset) for r in rows)
+    assert got == [(0, o) for o in range(100)] + [(1, o) for o in range(150)]
+    first = next(r for r in rows if (r.partition, r.offset) == (1, 7))
+    assert first.value == b"v15" and [(h.key, h.value) for h in first.headers] == [("n", b"15")]
+    assert not any(r.catchup for r in rows)
+
+
+def test_stream_by_subscribe_pattern_and_by_assign(spark, kafka_cluster, tmp_path):
+    prefix = f"pat-{uuid4().hex[:8]}"
+    bs = kafka_cluster.bootstrap_servers
+    for name in ("a", "b"):
+        kafka_cluster.create_topic(f"{prefix}-{name}", 2)
+        produce(bs, f"{prefix}-{name}", 2, 200, name)
+    kafka_cluster.create_topic(f"{prefix}x-c", 1)  # the whole name must match
+
+    def run(name: str, **options: str) -> list[tuple[str, int, int]]:
+        got: list[tuple[str, int, int]] = []
+        r = (
+            spark.readStream.format("fastrebalance")
+            .option("kafka.bootstrap.servers", bs)
+            .option("startingOffsets", "earliest")
+            .option("kafka.fetch.wait.max.ms", "10")
+        )
+        for key, value in options.items():
+            r = r.option(key, value)
+        q = (
+            r.load()
+            .writeStream.foreachBatch(
+                lambda df, _: got.extend(
+                    (x.topic, x.partition, x.offset)
+                    for x in df.select("topic", "partition", "offset").collect()
+                )
+            )
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120) and q.exception() is None
+        return sorted(got)
+
+    by_pattern = run("pattern", subscribePattern=f"{prefix}-.*")
+    assert by_pattern == [
+        (f"{prefix}-{t}", p, o) for t in ("a", "b") for p in range(2) for o in range(100)
+    ]
+    by_assign = run("assign", assign=json.dumps({f"{prefix}-a": [1]}))
+    assert by_assign == [(f"{prefix}-a", 1, o) for o in range(100)]
+
+
+def test_starting_timestamp(spark, kafka_cluster, topic_factory):
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("the mock cluster answers every ListOffsets by timestamp with -1")
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 2, 100, "before")
+    time.sleep(0.05)
+    at = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(bs, topic, 2, 60, "after")
+
+    def read(**options: str) -> Any:
+        r = spark.read.format("fastrebalance").option("kafka.bootstrap.servers", bs)
+        for key, value in {"subscribe": topic, **options}.items():
+            r = r.option(key, value)
+        return r.load()
+
+    rows = read(startingTimestamp=str(at)).select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, o) for p in range(2) for o in range(50, 80)
+    ]
+    with pytest.raises(Exception, match="has no record at or after timestamp"):
+        read(startingTimestamp=str(at + 3_600_000)).collect()
+    later = read(startingTimestamp=str(at + 3_600_000), startingOffsetsByTimestampStrategy="latest")
+    assert later.count() == 0
+
+
 def _restart_scenario(
     spark: SparkSession,
     bs: str,

@@ -352,7 +352,7 @@ def test_options_follow_spark_names_case_insensitively() -> None:
             "startingOffsets": '{"a": {"0": -2}, "b": {"0": 5}}',
         }
     )
-    assert opts.topics == ("a", "b")
+    assert opts.subscription.topics == ("a", "b")
     assert opts.max_offsets_per_trigger == 500
     assert opts.chunk_size == 7
     assert opts.starting.specific == {("a", 0): -2, ("b", 0): 5}
@@ -400,13 +400,19 @@ class FakeFetcher:
                     self.highs[p] += self.live
         return {(T, p): Marks(0, h) for p, h in self.highs.items()}
 
+    def topics(self) -> dict:
+        return {T: sorted(self.highs)}
+
+    def offsets_for_times(self, stamps: dict) -> dict:
+        return {tp: ts if ts < self.highs[tp[1]] else -1 for tp, ts in stamps.items()}
+
     def close(self) -> None:
         pass
 
 
 def make_reader(highs: dict[int, int], **extra: str):
     pytest.importorskip("pyspark", minversion="4.2")
-    from fastrebalance.spark._source import FastRebalanceStreamReader
+    from fastrebalance.spark._stream import FastRebalanceStreamReader
 
     options = {"kafka.bootstrap.servers": "h:1", "subscribe": T, "catchup.threshold": "100"}
     reader = FastRebalanceStreamReader(parse_options({**options, **extra}))
@@ -419,7 +425,7 @@ def all_rows():
     """The limit Spark passes to every trigger but Once when maxOffsetsPerTrigger is unset."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from fastrebalance.spark._source import NO_LIMIT
+    from fastrebalance.spark._stream import NO_LIMIT
 
     return ReadMaxRows(NO_LIMIT)
 
@@ -583,10 +589,10 @@ def test_plan_under_a_target_leaves_unnamed_partitions_alone() -> None:
 
 def _timed_reader(monkeypatch, highs: dict[int, int], **options: str):
     """A reader on a fake clock; each planning call says how long the previous batch took."""
-    from fastrebalance.spark import _source
+    from fastrebalance.spark import _stream
 
     clock = [1000.0]
-    monkeypatch.setattr(_source.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_stream.time, "monotonic", lambda: clock[0])
     reader, kafka = make_reader(highs, **{"catchup.chunkSize": "100000", **options})
     kafka.live = 10  # a live record comes while the restart batch waits: it is live only
 
