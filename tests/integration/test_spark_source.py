@@ -245,6 +245,45 @@ def test_new_query_from_latest_on_a_busy_topic_loses_nothing(
         assert got == list(range(got[0], high)), f"partition {p}: a gap or a duplicate"
 
 
+def test_default_trigger_new_query_reads_live_and_topics_that_appear(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """The default trigger, a new query from latest: the records already there are skipped,
+    the ones produced after the start are read, and a subscribed topic created during the run
+    is read from its first offset (Spark's Kafka source reads new partitions from earliest)."""
+    bs, first = kafka_cluster.bootstrap_servers, topic_factory(2)
+    late = f"t-{uuid4().hex[:10]}"
+    produce(bs, first, 2, 100, "old")
+    recorder = Recorder()
+    q = (
+        spark.readStream.format("fastrebalance")
+        .option("kafka.bootstrap.servers", bs)
+        .option("subscribe", f"{first},{late}")
+        .option("kafka.fetch.wait.max.ms", "10")
+        .load()
+        .writeStream.foreachBatch(recorder)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        wait_until(lambda: 0 in recorder.batches, 60, "batch 0")  # the start is fixed
+        produce(bs, first, 2, 40, "new")
+        kafka_cluster.create_topic(late, 2)
+        produce(bs, late, 2, 30, "late")
+        wait_until(lambda: recorder.count("late") >= 30, 60, "the topic created during the run")
+        wait_until(lambda: recorder.count("new") >= 40, 30, "the records produced after start")
+    finally:
+        q.stop()
+    assert q.exception() is None
+    offsets = {tag: sorted((r.partition, r.offset) for r in recorder.rows() if r.tag == tag)
+               for tag in ("old", "new", "late")}  # fmt: skip
+    assert offsets == {
+        "old": [],
+        "new": [(p, o) for p in range(2) for o in range(50, 70)],
+        "late": [(p, o) for p in range(2) for o in range(15)],
+    }
+
+
 def test_trigger_once_runs_read_the_backlog_too(spark, kafka_cluster, topic_factory, tmp_path):
     """Issue 19, item 2: every Trigger.Once run is a restart. It skipped a backlog above
     catchup.threshold and, with no live record, planned no batch: the job never caught up."""

@@ -672,6 +672,26 @@ def test_every_option_is_documented_with_its_default() -> None:
         assert rows[key] == default, f"{key}: documented {rows[key]!r}, code {default!r}"
 
 
+def test_every_row_of_the_trigger_table_names_tests_that_exist() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    text = (root / "docs" / "spark.md").read_text()
+    table = text[text.index("### Triggers") : text.index("### Crashes and replays")]
+    rows = [line for line in table.splitlines() if line.startswith(("| `", "| default"))]
+    assert len(rows) >= 9
+    defined = {
+        m.group(1)
+        for f in (root / "tests").rglob("test_spark_*.py")
+        for m in re.finditer(r"^def (test_\w+)", f.read_text(), re.MULTILINE)
+    }
+    for row in rows:
+        named = re.findall(r"`(test_\w+)`", row)
+        assert named, f"no test for: {row[:60]}"
+        assert set(named) <= defined, set(named) - defined
+
+
 def test_arrow_batches_match_the_declared_spark_schema() -> None:
     pytest.importorskip("pyspark", minversion="4.2")
     from pyspark.sql.pandas.types import to_arrow_schema
