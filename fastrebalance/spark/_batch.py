@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ._kafka import OffsetFetcher, read_slices
+from ._fetcher import OffsetFetcher
+from ._kafka import read_slices
 from ._offsetspec import EARLIEST, LATEST
 from ._options import SourceOptions
 from ._plan import Slice, TopicPartitionKey, even_chunks, tasks_for

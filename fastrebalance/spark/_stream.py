@@ -23,7 +23,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ._kafka import OffsetFetcher, read_slices
+from ._fetcher import OffsetFetcher
+from ._kafka import read_slices
 from ._options import FIRST_CATCHUP_BUDGET, SourceOptions
 from ._plan import (
     Marks,
@@ -54,6 +55,10 @@ log = logging.getLogger("fastrebalance.spark")
 #: ReadAllAvailable, which Spark passes for Trigger.Once only (Java's Long.MAX_VALUE).
 NO_LIMIT = 2**63 - 1
 
+#: How long a new query waits for the log ends of all its partitions (a topic just created
+#: answers NOT_LEADER for a few seconds) before it fails.
+INITIAL_FETCH_S = 60.0
+
 #: How often the restart batch polls the log ends while it waits for a live record.
 LIVE_POLL_S = 0.02
 
@@ -73,6 +78,9 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self._restart_ends: dict[TopicPartitionKey, int] | None = None
         self._target: dict[TopicPartitionKey, int] | None = None
         self._budget = options.catchup_budget or FIRST_CATCHUP_BUDGET
+        # The last (start, log ends) that gave nothing new, and the last log ends reported.
+        self._idle: tuple[dict[str, Any], dict[TopicPartitionKey, Marks]] | None = None
+        self._latest: tuple[dict[TopicPartitionKey, Marks], dict[str, Any]] | None = None
         # When the last batch was planned (minOffsetsPerTrigger's delay counts from it).
         self._fired_at: float | None = None
         # When this run's latestOffset was last called, and the shortest gap between two calls.
@@ -103,14 +111,17 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def prepareForTriggerAvailableNow(self) -> None:
         # "Everything available now" is the log end at this moment; the backlog already in the
         # offset JSON (or skipped at restart) is below it, so the query still drains it all.
-        self._target = {tp: m.high for tp, m in self._fetcher.marks(refresh=True).items()}
+        marks = self._complete(self._fetcher.marks(refresh=True, lows=True))
+        self._target = {tp: m.high for tp, m in marks.items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         now = time.monotonic()
         self._adapt_budget(start, now)
         first_call = self._restart_ends is None
-        marks = self._fetcher.marks(refresh=first_call)
+        marks = self._fetcher.marks(refresh=first_call, lows=first_call)
         new_query = is_initial(start)
+        if not first_call and self._idle == (start, marks):
+            return start  # nothing moved since the last call found nothing new
         begin = self._resolve_initial(marks) if new_query else decode_offset(start)
         # Trigger.Once: one batch, which reads everything there is, backlog included (a skip
         # would leave the backlog for a next run that skips again).
@@ -158,6 +169,9 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
             # Batch 0 keeps what the initial offset resolved to (see _plan.initial_offset).
             return batch_zero_end(begin, plan.end)
         if plan.end == begin:
+            # Spark asks every ~10 ms while idle, and planning 1,000 partitions costs ~10 ms of
+            # Python: the answer stands until the log ends or the start change.
+            self._idle = (start, marks)
             return start
         self._fired_at = now
         end = encode_offset(plan.end)
@@ -178,10 +192,31 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 f"option assign names partitions that do not exist in Kafka:"
                 f" {[f'{t}-{p}' for t, p in missing]}"
             )
+        marks = self._complete(marks)
         if not marks:
             log.warning("%s matches no partition yet", subscription.describe())
         wanted = self.options.starting.per_partition(marks, self._fetcher.offsets_for_times)
         return resolve_start(wanted, marks, target=self._target)
+
+    def _complete(self, marks: dict[TopicPartitionKey, Marks]) -> dict[TopicPartitionKey, Marks]:
+        """The log ends of every partition, for the initial offset or an AvailableNow target.
+
+        A partition left out (no leader yet, e.g. a topic just created) would later look new
+        and be read from its first offset, whatever startingOffsets said, or be left out of
+        the run; so ask again, for a while, and fail the query if Kafka still does not answer.
+        """
+        deadline = time.monotonic() + INITIAL_FETCH_S
+        while True:
+            missing = sorted(set(self._fetcher.partitions()) - set(marks))
+            if not missing:
+                return marks
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no log end for {[f'{t}-{p}' for t, p in missing][:10]} after"
+                    f" {INITIAL_FETCH_S:g} s: cannot fix where the query starts, or stops"
+                )
+            time.sleep(0.2)
+            marks = self._fetcher.marks(refresh=True, lows=True)
 
     def _too_few(
         self, begin: dict[TopicPartitionKey, PartitionPosition], plan: Plan, now: float
@@ -297,20 +332,22 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         Only a start restored from a checkpoint is a restart: a new query starting at its
         initial offset reads from there in order, as the user asked with startingOffsets.
-        Under Trigger.AvailableNow the skip stops at the run's target, which it never passes.
+        Trigger.AvailableNow reads in order too, as Spark's Kafka source does: its target is
+        the log end when the run began, so there is no live record to put first (pending
+        ranges left by an earlier run are still drained in parallel chunks).
         """
-        if not self.options.catchup_enabled or new_query:
+        if not self.options.catchup_enabled or new_query or self._target is not None:
             return {}
-        if self._target is not None:
-            marks = {
-                tp: Marks(m.low, min(m.high, self._target.get(tp, m.high)))
-                for tp, m in marks.items()
-            }
         return detect_restart(begin, marks, self.options.catchup_threshold)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         marks = self._fetcher.marks()
-        return encode_offset({tp: PartitionPosition(m.high) for tp, m in marks.items()})
+        if self._latest is None or self._latest[0] != marks:
+            latest: dict[str, Any] = {}
+            for (topic, p), m in sorted(marks.items()):
+                latest.setdefault(topic, {})[str(p)] = m.high
+            self._latest = (marks, latest)
+        return self._latest[1]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = batch_zero_start(end) if is_initial(start) else decode_offset(start)

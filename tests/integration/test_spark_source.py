@@ -636,36 +636,52 @@ def test_processing_time_restart_batch_does_not_wait_an_interval(
 def test_available_now_after_restart_drains_the_whole_backlog(
     spark, kafka_cluster, topic_factory, tmp_path
 ):
+    """A streaming run stopped mid-catch-up leaves pending ranges in its checkpoint; an
+    AvailableNow run then drains them (as backlog, in chunks) and reads a new backlog in
+    order, as Spark's Kafka source does (there is no live record to put first: its target is
+    the log end when it began), and ends with nothing pending."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
     checkpoint = tmp_path / "ck"
     recorder = Recorder()
+    slow = {**CATCHUP, "catchup_maxOffsetsPerTrigger": 1000, "catchup_chunkSize": 500}
 
-    def run() -> Any:
-        q = (
-            reader(spark, bs, topic, **CATCHUP)
+    def start(**trigger: Any) -> Any:
+        return (
+            reader(spark, bs, topic, **slow)
             .writeStream.foreachBatch(recorder)
             .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
+            .trigger(**trigger)
             .start()
         )
-        assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
-        assert q.exception() is None
-        return q
 
     produce(bs, topic, 2, 200, "old")
-    run()
-    before = max(recorder.batches)
+    assert start(availableNow=True).awaitTermination(120)
     produce(bs, topic, 2, 12_000, "backlog")
-    q = run()
-    # the pending ranges show in the query progress, for whoever watches the catch-up
-    ends = [json.loads(p["sources"][0]["endOffset"]) for p in q.recentProgress]
-    assert any(isinstance(e[topic]["0"], list) for e in ends), ends
-    assert_each_offset_once(recorder, {0: 6100, 1: 6100})
+    fresh = FreshProducer(bs, topic, 2)
+    fresh.start()
+    q = start(processingTime="200 milliseconds")
+    try:
+        wait_until(lambda: recorder.count("backlog") >= 2000, 120, "the catch-up to start")
+    finally:
+        q.stop()
+        fresh.stop()
+    assert recorder.count("backlog") < 12_000, "drained before the stop: nothing left to test"
+    left = json.loads(q.lastProgress["sources"][0]["endOffset"])
+    assert any(isinstance(v, list) for v in left[topic].values()), left
+    before = max(recorder.batches)
+    produce(bs, topic, 2, 4000, "more")  # above catchup.threshold: a restart backlog
+    q = start(availableNow=True)
+    assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
+    assert q.exception() is None
+    highs = {p: 100 + 6000 + len(range(p, fresh.sent, 2)) + 2000 for p in range(2)}
+    assert_each_offset_once(recorder, highs)
     rows = recorder.rows(after=before)
-    assert {r.catchup for r in rows if r.tag == "backlog"} == {True}
+    assert {r.catchup for r in rows if r.tag == "more"} == {False}  # in order
+    assert {r.catchup for r in rows if r.tag == "backlog"} == {True}  # the pending ranges
     # the last offset Spark logged holds no pending range: nothing is left behind
     logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
-    assert logs[-1].read_text().splitlines()[-1] == f'{{"{topic}": {{"0": 6100, "1": 6100}}}}'
+    last = json.loads(logs[-1].read_text().splitlines()[-1])
+    assert last == {topic: {str(p): highs[p] for p in range(2)}}
 
 
 def test_a_replayed_batch_whose_records_were_deleted_fails_the_query(

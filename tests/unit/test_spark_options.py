@@ -165,7 +165,7 @@ class FakeKafka:
     def __init__(self, highs: dict[tuple[str, int], int]) -> None:
         self.highs = highs
 
-    def marks(self, refresh: bool = False) -> dict:
+    def marks(self, refresh: bool = False, lows: bool = False) -> dict:
         return {tp: Marks(0, h) for tp, h in self.highs.items()}
 
     def topics(self) -> dict:
@@ -176,6 +176,9 @@ class FakeKafka:
 
     def offsets_for_times(self, stamps: dict) -> dict:
         return dict.fromkeys(stamps, -1)
+
+    def partitions(self) -> list:
+        return sorted(self.highs)
 
     def close(self) -> None:
         pass

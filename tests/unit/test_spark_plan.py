@@ -392,7 +392,7 @@ class FakeFetcher:
         self.highs = highs
         self.live, self.after, self.fetches = 0, 1, 0
 
-    def marks(self, refresh: bool = False) -> dict:
+    def marks(self, refresh: bool = False, lows: bool = False) -> dict:
         if refresh:
             self.fetches += 1
             if self.fetches > self.after:
@@ -402,6 +402,9 @@ class FakeFetcher:
 
     def topics(self) -> dict:
         return {T: sorted(self.highs)}
+
+    def partitions(self) -> list:
+        return [(T, p) for p in sorted(self.highs)]
 
     def offsets_for_times(self, stamps: dict) -> dict:
         return {tp: ts if ts < self.highs[tp[1]] else -1 for tp, ts in stamps.items()}
