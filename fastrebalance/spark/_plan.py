@@ -44,6 +44,7 @@ __all__ = [
     "even_chunks",
     "initial_offset",
     "is_initial",
+    "is_legacy_batch_zero",
     "next_catchup_budget",
     "offset_json",
     "pack_tasks",
@@ -196,12 +197,18 @@ def batch_zero_end(start: Offset, end: Offset) -> dict[str, Any]:
     """
     out: dict[str, Any] = encode_offset(end)
     began = {tp: start[tp].next for tp in sorted(end) if tp in start and start[tp] != end[tp]}
-    if began:
-        out[FROM_KEY] = {
-            topic: {str(p): began[(t, p)] for (t, p) in began if t == topic}
-            for topic in sorted({t for t, _ in began})
-        }
+    # Present even when empty: it tells this form from a batch 0 logged by an older version,
+    # whose start must still be resolved when it is replayed (see is_legacy_batch_zero).
+    out[FROM_KEY] = {
+        topic: {str(p): began[(t, p)] for (t, p) in began if t == topic}
+        for topic in sorted({t for t, _ in began})
+    }
     return out
+
+
+def is_legacy_batch_zero(end: Mapping[str, Any]) -> bool:
+    """Batch 0 logged before its end kept where it began (fastrebalance before issue 19)."""
+    return FROM_KEY not in end
 
 
 def batch_zero_start(end: Mapping[str, Any]) -> dict[TopicPartitionKey, PartitionPosition]:

@@ -38,6 +38,7 @@ from ._plan import (
     encode_offset,
     initial_offset,
     is_initial,
+    is_legacy_batch_zero,
     next_catchup_budget,
     pending_count,
     plan_end,
@@ -350,7 +351,17 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         return self._latest[1]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin = batch_zero_start(end) if is_initial(start) else decode_offset(start)
+        if not is_initial(start):
+            begin = decode_offset(start)
+        elif is_legacy_batch_zero(end):
+            # A batch 0 an older version logged, replayed now: its start was never kept, so
+            # resolve startingOffsets again, as that version did (best effort, see _plan).
+            marks = self._fetcher.marks(refresh=True, lows=True)
+            begin = resolve_start(self.options.starting.per_partition(marks), marks)
+            ends = decode_offset(end)
+            begin = {tp: p for tp, p in begin.items() if tp in ends and p.next <= ends[tp].next}
+        else:
+            begin = batch_zero_start(end)
         slices = plan_slices(begin, decode_offset(end), self.options.slice_size)
         backlog = [s for s in slices if s.catchup]
         if backlog:

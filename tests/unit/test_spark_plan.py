@@ -517,6 +517,16 @@ def test_initial_offset_is_one_answer_for_every_call_and_every_driver(starting: 
     assert read == {p: list(range(begin[p], {0: 190, 1: 200}[p])) for p in (0, 1)}
 
 
+def test_a_batch_zero_logged_by_an_older_version_is_still_replayed() -> None:
+    """Its end offset has no @from: the start is resolved again when it is replayed, as the
+    older version did, rather than reading nothing."""
+    reader, _ = make_reader({0: 150}, startingOffsets="earliest")
+    initial = reader.initialOffset()
+    legacy = _batch_zero(reader, initial, {T: {"0": 100}})
+    assert legacy == [Slice(T, 0, 0, 100, False)]
+    assert _batch_zero(reader, initial, {T: {"0": 100}, "@from": {}}) == []
+
+
 def test_available_now_new_query_from_latest_reports_no_false_loss() -> None:
     """The target is fetched before the initial offset is resolved; a busy topic's log end has
     moved on by then (issue 19, item 7: "log end 359 is below the next offset 361")."""
