@@ -212,10 +212,36 @@ class _Reading:
                     )
                 continue
             waited_since = time.monotonic()
+            # The hot path, per record: kept inline (no call, no generator per record).
+            active, batch_rows = self.active, self.batch_rows
             for m in msgs:
-                read = self.active.get((m.topic(), m.partition()))  # type: ignore[arg-type]
-                if read is not None:
-                    yield from self._take(read, m)
+                read = active.get((m.topic(), m.partition()))  # type: ignore[arg-type]
+                if read is None:
+                    continue  # a partition this task is done with, fetched before it let go
+                if m.error() is not None:
+                    yield from self._event(read, m)
+                    continue
+                offset: int = m.offset()  # type: ignore[assignment]  # a record has one
+                if offset < read.expected:
+                    continue  # fetched before a re-position, or left over from a previous read
+                if offset >= read.slice.end:
+                    yield from self._finish(read)
+                    continue
+                read.expected = offset + 1
+                cols = read.cols
+                ts_type, ts = m.timestamp()
+                cols.keys.append(m.key())
+                cols.values.append(m.value())
+                cols.offsets.append(offset)
+                cols.ts.append(ts if ts_type else None)
+                cols.ts_types.append(ts_type - 1)  # librdkafka 0/1/2 -> Kafka -1/0/1
+                if cols.headers is not None:
+                    cols.headers.append(m.headers() or None)
+                if read.expected >= read.slice.end:
+                    yield from self._finish(read)
+                elif len(cols.offsets) >= batch_rows:
+                    yield cols.batch(read.slice)
+                    read.cols = _Columns(self.options.include_headers)
 
     def _pending(self) -> str:
         return ", ".join(
@@ -223,46 +249,24 @@ class _Reading:
             for r in list(self.active.values())[:5]
         )
 
-    def _take(self, read: _PartitionRead, m: Any) -> Iterator[pa.RecordBatch]:
-        sl = read.slice
-        err = m.error()
-        if err is not None:
-            if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                resume = _deleted_below(self.consumer, read.tp, sl, read.expected, self.options)
-                if resume is None:
-                    yield from self._finish(read)
-                else:
-                    self._seek(read, resume)
-                return
-            if err.code() != KafkaError._PARTITION_EOF:
-                raise KafkaException(err)
-            eof = m.offset()
-            if (eof is not None and eof >= sl.end) or _log_end_below(
-                self.consumer, read.tp, sl, self.options
-            ):
+    def _event(self, read: _PartitionRead, m: Any) -> Iterator[pa.RecordBatch]:
+        """An error event: records gone (out of range), partition EOF, or a real error."""
+        sl, err = read.slice, m.error()
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+            resume = _deleted_below(self.consumer, read.tp, sl, read.expected, self.options)
+            if resume is None:
                 yield from self._finish(read)
-            return  # e.g. an open transaction: the records up to end will come
-        offset: int = m.offset()
-        if offset < read.expected:
-            return  # fetched before a re-position, or left over from a previous read
-        if offset >= sl.end:
-            yield from self._finish(read)
+            else:
+                self._seek(read, resume)
             return
-        read.expected = offset + 1
-        cols = read.cols
-        ts_type, ts = m.timestamp()
-        cols.keys.append(m.key())
-        cols.values.append(m.value())
-        cols.offsets.append(offset)
-        cols.ts.append(ts if ts_type else None)
-        cols.ts_types.append(ts_type - 1)  # librdkafka 0/1/2 -> Kafka -1/0/1
-        if cols.headers is not None:
-            cols.headers.append(m.headers() or None)
-        if read.expected >= sl.end:
+        if err.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(err)
+        eof = m.offset()
+        if (eof is not None and eof >= sl.end) or _log_end_below(
+            self.consumer, read.tp, sl, self.options
+        ):
             yield from self._finish(read)
-        elif len(cols) >= self.batch_rows:
-            yield cols.batch(sl)
-            read.cols = _Columns(self.options.include_headers)
+        # else e.g. an open transaction: the records up to end will come
 
     def _finish(self, read: _PartitionRead) -> Iterator[pa.RecordBatch]:
         """The current slice is done: hand over its records, go on with the partition's next
