@@ -123,6 +123,8 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         new_query = is_initial(start)
         if not first_call and self._idle == (start, marks):
             return start  # nothing moved since the last call found nothing new
+        if new_query:
+            marks = self._complete(marks)
         begin = self._resolve_initial(marks) if new_query else decode_offset(start)
         # Trigger.Once: one batch, which reads everything there is, backlog included (a skip
         # would leave the backlog for a next run that skips again).
@@ -193,7 +195,6 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 f"option assign names partitions that do not exist in Kafka:"
                 f" {[f'{t}-{p}' for t, p in missing]}"
             )
-        marks = self._complete(marks)
         if not marks:
             log.warning("%s matches no partition yet", subscription.describe())
         wanted = self.options.starting.per_partition(marks, self._fetcher.offsets_for_times)
