@@ -144,10 +144,11 @@ def read_slices(
     in offset order. A batch holds the records of one slice.
     """
     todo = [sl for sl in slices if sl.size > 0]
-    if not todo:
-        return
     with _borrow(options) as consumer:
-        yield from _Reading(consumer, todo, options, batch_rows).run()
+        # A task without slices (a restart batch's warm-up task) only makes sure this worker
+        # has a connected consumer in its pool for the batch that follows.
+        if todo:
+            yield from _Reading(consumer, todo, options, batch_rows).run()
 
 
 def read_slice(

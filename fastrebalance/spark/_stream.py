@@ -68,6 +68,9 @@ LIVE_POLL_S = 0.02
 PACE_SLACK = 1.1
 PACE_JITTER_S = 0.05
 
+#: Empty tasks in a restart batch, at most, to start executors' Python workers early.
+MAX_WARM_TASKS = 8
+
 #: A backlog at most this share above the adaptive budget is read in one batch (see
 #: FastRebalanceStreamReader._batch_budget).
 TAIL_SHARE = 0.25
@@ -374,7 +377,10 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
                 pending_count(decode_offset(end)),
             )
         tasks = tasks_for(slices, self.options.slice_size, self.options.min_partitions)
-        return [KafkaSlicePartition(t) for t in tasks]
+        warm = 0 if backlog else _skipped_partitions(begin, decode_offset(end))
+        return [KafkaSlicePartition(t) for t in tasks] + [
+            KafkaSlicePartition(()) for _ in range(min(warm, MAX_WARM_TASKS))
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to do: Kafka is never told (the checkpoint is the truth, as in Spark's own
@@ -388,3 +394,22 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaSlicePartition), partition
         return read_slices(partition.slices, self.options)
+
+
+def _skipped_partitions(
+    start: dict[TopicPartitionKey, PartitionPosition],
+    end: dict[TopicPartitionKey, PartitionPosition],
+) -> int:
+    """Partitions whose backlog this batch skipped (a restart batch): each will have a backlog
+    task in the next batch.
+
+    The restart batch gets as many empty tasks (up to MAX_WARM_TASKS), so that Spark starts
+    the executors' Python workers, and their pooled Kafka consumers, while the live records
+    are read: the backlog batch then starts warm on every core, as a batch that reads the
+    whole backlog in order does. Pure in the two offsets, as partitions() must be.
+    """
+    return sum(
+        1
+        for tp, e in end.items()
+        if e.pending and (tp not in start or e.pending[-1][1] > start[tp].next)
+    )

@@ -449,8 +449,9 @@ def test_reader_restart_waits_in_place_for_a_live_record_then_plans_live_only() 
     start = {T: {"0": 0}}  # restored from a checkpoint: this reader never served it
     end = reader.latestOffset(start, all_rows())
     assert end == {T: {"0": [1010, [0, 1000]]}}
-    (task,) = reader.partitions(start, end)
+    task, warm = reader.partitions(start, end)
     assert task.slices == (Slice(T, 0, 1000, 1010, False),)
+    assert warm.slices == ()  # starts a worker for the backlog task of the next batch
     # the next batch drains backlog, in chunks, under the budget
     kafka.live = 0
     nxt = reader.latestOffset(end, all_rows())
