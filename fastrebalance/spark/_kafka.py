@@ -1,7 +1,12 @@
-"""The source's Kafka side: log ends for the driver, offset slices for the executors.
+"""The executors' side: the records of a task's offset slices, as Arrow batches.
 
-No Spark import: the executor half only needs pyarrow, and both halves can be tested against
-the embedded cluster without starting a JVM.
+A task may hold the slices of many partitions (the small live spans of a batch over a
+topic with many partitions). They are read together, by one consumer assigned to all of them
+at once, so that librdkafka fetches them in one request per broker; reading them one after
+the other made each wait for the fetch the previous one left in flight, and a batch over
+128 partitions took 18.8 s (issue 19). Consumers are pooled per Python worker.
+
+No Spark import: this only needs pyarrow, and it is tested against the clusters directly.
 """
 
 from __future__ import annotations
@@ -17,13 +22,13 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ._options import SourceOptions
-from ._plan import Marks, Slice, TopicPartitionKey
+from ._plan import Slice
 
 __all__ = [
     "ARROW_FIELDS",
     "ARROW_SCHEMA",
+    "ARROW_SCHEMA_WITH_HEADERS",
     "DataLossError",
-    "OffsetFetcher",
     "read_slice",
     "read_slices",
 ]
@@ -31,8 +36,12 @@ __all__ = [
 log = logging.getLogger("fastrebalance.spark")
 
 #: The column layout of Spark's Kafka source, plus ``catchup``, as Arrow: Spark checks every
-#: batch a Python source yields against the Arrow form of the declared schema (_source.SCHEMA;
-#: a unit test keeps the two equal), and Arrow batches are far cheaper than tuples.
+#: batch a Python source yields against the Arrow form of the declared schema (_source.schema;
+#: a unit test keeps the two equal), and Arrow batches are far cheaper than tuples. With
+#: includeHeaders, ``headers`` comes before ``catchup``, where Spark's Kafka source has it.
+ARROW_HEADERS = pa.list_(
+    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+)
 ARROW_FIELDS: list[tuple[str, pa.DataType]] = [
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -44,125 +53,56 @@ ARROW_FIELDS: list[tuple[str, pa.DataType]] = [
     ("catchup", pa.bool_()),
 ]
 ARROW_SCHEMA = pa.schema([pa.field(name, dtype, nullable=True) for name, dtype in ARROW_FIELDS])
+ARROW_SCHEMA_WITH_HEADERS = pa.schema(
+    [pa.field(name, dtype, nullable=True) for name, dtype in ARROW_FIELDS[:-1]]
+    + [pa.field("headers", ARROW_HEADERS, nullable=True), ARROW_SCHEMA.field("catchup")]
+)
 
 #: Records per Arrow batch handed to Spark: big enough to amortize the per-batch cost, small
 #: enough that a 25k-record chunk streams in a few batches instead of one memory spike.
 BATCH_ROWS = 8192
-_PARTITION_REFRESH_S = 5.0
-_RETRIES = 3
 
 
 class DataLossError(RuntimeError):
     """Records that should have been read are gone (retention, truncation); see failOnDataLoss."""
 
 
-class OffsetFetcher:
-    """The driver's view of the topics: their partitions and watermarks, cached briefly.
-
-    Spark asks for the latest offset every ~10 ms while a query is idle; a fresh ListOffsets
-    per partition each time would be pure overhead, so watermarks are reused for
-    ``watermark_cache_s`` and the partition list for a few seconds. The consumer is created on
-    first use: this object lives in the reader, which Spark pickles.
-    """
-
-    def __init__(self, options: SourceOptions) -> None:
-        self._options = options
-        self._consumer: Consumer | None = None
-        self._partitions: list[TopicPartitionKey] = []
-        self._partitions_at = float("-inf")
-        self._marks: dict[TopicPartitionKey, Marks] = {}
-        self._marks_at = float("-inf")
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Never ship a live handle (or its cache) to an executor.
-        return {"_options": self._options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["_options"])  # type: ignore[misc]
-
-    def _client(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = Consumer(self._options.consumer_config("driver"))
-        return self._consumer
-
-    def partitions(self, *, refresh: bool = False) -> list[TopicPartitionKey]:
-        now = time.monotonic()
-        if refresh or now - self._partitions_at > _PARTITION_REFRESH_S:
-            found: list[TopicPartitionKey] = []
-            for topic in self._options.topics:
-                md = _retry(lambda t=topic: self._client().list_topics(t, timeout=10))
-                meta = md.topics.get(topic)
-                if meta is None or meta.error is not None:
-                    log.debug("topic %s has no metadata yet (%s)", topic, meta and meta.error)
-                    continue
-                found.extend((topic, p) for p in sorted(meta.partitions))
-            self._partitions, self._partitions_at = found, now
-        return list(self._partitions)
-
-    def marks(self, *, refresh: bool = False) -> dict[TopicPartitionKey, Marks]:
-        """Watermarks of every subscribed partition; ``refresh`` bypasses the cache."""
-        now = time.monotonic()
-        if refresh or now - self._marks_at > self._options.watermark_cache_s:
-            client = self._client()
-            out: dict[TopicPartitionKey, Marks] = {}
-            for topic, p in self.partitions(refresh=refresh):
-                low, high = _retry(
-                    lambda t=topic, p=p: client.get_watermark_offsets(
-                        TopicPartition(t, p), timeout=10, cached=False
-                    )
-                )
-                out[(topic, p)] = Marks(low, high)
-            self._marks, self._marks_at = out, time.monotonic()
-        return dict(self._marks)
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            consumer.close()
-
-
-def _retry(call: Any) -> Any:
-    """A few tries for metadata calls: a broker restart should not fail the whole query."""
-    for attempt in range(_RETRIES):
-        try:
-            return call()
-        except KafkaException:
-            if attempt == _RETRIES - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
 class _Columns:
     """Column buffers for one Arrow batch; plain lists, converted once per batch."""
 
-    __slots__ = ("keys", "offsets", "ts", "ts_types", "values")
+    __slots__ = ("headers", "keys", "offsets", "ts", "ts_types", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, include_headers: bool) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
         self.ts: list[int | None] = []
         self.ts_types: list[int] = []
+        # Spark's Kafka source: null for a record without headers, else (key, value) pairs
+        self.headers: list[Any] | None = (
+            [] if include_headers else None
+        )
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def batch(self, sl: Slice) -> pa.RecordBatch:
         n = len(self.offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                pa.array([sl.topic] * n, pa.string()),
-                pa.array([sl.partition] * n, pa.int32()),
-                pa.array(self.offsets, pa.int64()),
-                pa.array(self.ts, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-                pa.array(self.ts_types, pa.int32()),
-                pa.array([sl.catchup] * n, pa.bool_()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.array([sl.topic] * n, pa.string()),
+            pa.array([sl.partition] * n, pa.int32()),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.ts, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(self.ts_types, pa.int32()),
+        ]
+        schema = ARROW_SCHEMA
+        if self.headers is not None:
+            arrays.append(pa.array(self.headers, ARROW_HEADERS))
+            schema = ARROW_SCHEMA_WITH_HEADERS
+        arrays.append(pa.array([sl.catchup] * n, pa.bool_()))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 # One idle consumer per configuration, per Python worker process. Spark reuses its Python
@@ -198,13 +138,17 @@ def _borrow(options: SourceOptions) -> Iterator[Consumer]:
 def read_slices(
     slices: Iterable[Slice], options: SourceOptions, batch_rows: int = BATCH_ROWS
 ) -> Iterator[pa.RecordBatch]:
-    """Every stored record of each slice, in order, as Arrow batches (one task's work)."""
+    """Every stored record of each slice, as Arrow batches (one task's work).
+
+    The partitions are read concurrently; the slices of one partition one after the other,
+    in offset order. A batch holds the records of one slice.
+    """
     todo = [sl for sl in slices if sl.size > 0]
-    if not todo:
-        return
     with _borrow(options) as consumer:
-        for sl in todo:
-            yield from _read_one(consumer, sl, options, batch_rows)
+        # A task without slices (a restart batch's warm-up task) only makes sure this worker
+        # has a connected consumer in its pool for the batch that follows.
+        if todo:
+            yield from _Reading(consumer, todo, options, batch_rows).run()
 
 
 def read_slice(
@@ -213,71 +157,137 @@ def read_slice(
     return read_slices([sl], options, batch_rows)
 
 
-def _read_one(
-    consumer: Consumer, sl: Slice, options: SourceOptions, batch_rows: int
-) -> Iterator[pa.RecordBatch]:
-    """Every stored record of ``[sl.start, sl.end)``, then stop.
+class _PartitionRead:
+    """One partition's slices, read in order; ``expected`` is the next offset still needed."""
 
-    Offsets may be missing inside the slice (compaction, transaction markers): the read ends
-    at the first record at or past ``end``, or at partition EOF once the log end has reached
-    ``end``. A slice whose start was deleted by retention is data loss, reported per
-    ``failOnDataLoss``.
-    """
-    tp = TopicPartition(sl.topic, sl.partition)
-    consumer.assign([TopicPartition(sl.topic, sl.partition, sl.start)])
-    cols = _Columns()
-    first = True
-    waited_since = time.monotonic()
-    done = False
-    expected = sl.start  # the next offset the slice still needs
-    while not done:
-        # Never ask for more than the slice still holds: consume() returns only once it has
-        # as many messages as asked for, or at the timeout. Asking for 8192 at the tail of a
-        # log (a live span, a backlog chunk that ends at the restart point) waited the whole
-        # 0.5 s in every such task; the records left, or partition EOF, now fill the request.
-        msgs = consumer.consume(min(batch_rows, sl.end - expected, 10_000), timeout=0.5)
-        if not msgs:
-            if time.monotonic() - waited_since > options.poll_timeout_s:
-                raise TimeoutError(
-                    f"no record of {sl.topic}-{sl.partition} [{sl.start}, {sl.end}) arrived"
-                    f" within kafkaConsumer.pollTimeoutMs={options.poll_timeout_s * 1000:g}"
-                )
-            continue
+    __slots__ = ("cols", "expected", "queue", "slice", "tp")
+
+    def __init__(self, slices: list[Slice], include_headers: bool) -> None:
+        self.queue = sorted(slices, key=lambda s: s.start)
+        self.slice = self.queue.pop(0)
+        self.expected = self.slice.start
+        self.tp = TopicPartition(self.slice.topic, self.slice.partition)
+        self.cols = _Columns(include_headers)
+
+    @property
+    def left(self) -> int:
+        return self.slice.end - self.expected
+
+
+class _Reading:
+    """The read loop of one task over one consumer (its thread owns the consumer)."""
+
+    def __init__(
+        self, consumer: Consumer, slices: list[Slice], options: SourceOptions, batch_rows: int
+    ) -> None:
+        self.consumer, self.options, self.batch_rows = consumer, options, batch_rows
+        by_tp: dict[tuple[str, int], list[Slice]] = {}
+        for sl in slices:
+            by_tp.setdefault((sl.topic, sl.partition), []).append(sl)
+        self.active = {
+            key: _PartitionRead(group, options.include_headers) for key, group in by_tp.items()
+        }
+
+    def run(self) -> Iterator[pa.RecordBatch]:
+        """Offsets may be missing inside a slice (compaction, transaction markers): a slice
+        ends at its first record at or past ``end``, or at partition EOF once the log end has
+        reached ``end``. Records deleted by retention before they were read (a slice that
+        starts below the log start, even a replayed one wholly below it) are data loss, per
+        ``failOnDataLoss``: ``auto.offset.reset=error`` turns an out-of-range fetch into an
+        error event instead of a silent jump to the log start."""
+        self.consumer.incremental_assign(
+            [TopicPartition(r.tp.topic, r.tp.partition, r.expected) for r in self.active.values()]
+        )
         waited_since = time.monotonic()
-        for m in msgs:
-            if m.partition() != sl.partition or m.topic() != sl.topic:
-                continue  # left over from this consumer's previous assignment
-            err = m.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(err)
-                eof = m.offset()
-                if (eof is not None and eof >= sl.end) or _log_end_below(consumer, tp, sl, options):
-                    done = True
-                    break
-                continue  # e.g. an open transaction: the records up to end will come
-            offset: int = m.offset()  # type: ignore[assignment]  # a record: it has one
-            if offset < sl.start:
-                continue  # left over from a previous assignment of the same partition
-            if offset >= sl.end:
-                done = True
-                break
-            if first and offset > sl.start:
-                _check_start_deleted(consumer, tp, sl, offset, options)
-            first = False
-            expected = offset + 1
-            ts_type, ts = m.timestamp()
-            cols.keys.append(m.key())
-            cols.values.append(m.value())
-            cols.offsets.append(offset)
-            cols.ts.append(ts if ts_type else None)
-            cols.ts_types.append(ts_type - 1)  # librdkafka 0/1/2 -> Kafka -1/0/1
-            if offset + 1 >= sl.end:
-                done = True
-                break
-        if len(cols) >= batch_rows or (done and len(cols)):
-            yield cols.batch(sl)
-            cols = _Columns()
+        while self.active:
+            # Never ask for more than the slices still hold: consume() returns only once it
+            # has as many messages as asked for, or at the timeout; asking for more at the
+            # tail of a log waited out the whole timeout in every such task.
+            want = min(self.batch_rows, sum(r.left for r in self.active.values()), 10_000)
+            msgs = self.consumer.consume(max(want, 1), timeout=0.5)
+            if not msgs:
+                if time.monotonic() - waited_since > self.options.poll_timeout_s:
+                    raise TimeoutError(
+                        f"no record of {self._pending()} arrived within"
+                        f" kafkaConsumer.pollTimeoutMs={self.options.poll_timeout_s * 1000:g}"
+                    )
+                continue
+            waited_since = time.monotonic()
+            # The hot path, per record: kept inline (no call, no generator per record).
+            active, batch_rows = self.active, self.batch_rows
+            for m in msgs:
+                read = active.get((m.topic(), m.partition()))  # type: ignore[arg-type]
+                if read is None:
+                    continue  # a partition this task is done with, fetched before it let go
+                if m.error() is not None:
+                    yield from self._event(read, m)
+                    continue
+                offset: int = m.offset()  # type: ignore[assignment]  # a record has one
+                if offset < read.expected:
+                    continue  # fetched before a re-position, or left over from a previous read
+                if offset >= read.slice.end:
+                    yield from self._finish(read)
+                    continue
+                read.expected = offset + 1
+                cols = read.cols
+                ts_type, ts = m.timestamp()
+                cols.keys.append(m.key())
+                cols.values.append(m.value())
+                cols.offsets.append(offset)
+                cols.ts.append(ts if ts_type else None)
+                cols.ts_types.append(ts_type - 1)  # librdkafka 0/1/2 -> Kafka -1/0/1
+                if cols.headers is not None:
+                    cols.headers.append(m.headers() or None)
+                if read.expected >= read.slice.end:
+                    yield from self._finish(read)
+                elif len(cols.offsets) >= batch_rows:
+                    yield cols.batch(read.slice)
+                    read.cols = _Columns(self.options.include_headers)
+
+    def _pending(self) -> str:
+        return ", ".join(
+            f"{r.slice.topic}-{r.slice.partition} [{r.expected}, {r.slice.end})"
+            for r in list(self.active.values())[:5]
+        )
+
+    def _event(self, read: _PartitionRead, m: Any) -> Iterator[pa.RecordBatch]:
+        """An error event: records gone (out of range), partition EOF, or a real error."""
+        sl, err = read.slice, m.error()
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+            resume = _deleted_below(self.consumer, read.tp, sl, read.expected, self.options)
+            if resume is None:
+                yield from self._finish(read)
+            else:
+                self._seek(read, resume)
+            return
+        if err.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(err)
+        eof = m.offset()
+        if (eof is not None and eof >= sl.end) or _log_end_below(
+            self.consumer, read.tp, sl, self.options
+        ):
+            yield from self._finish(read)
+        # else e.g. an open transaction: the records up to end will come
+
+    def _finish(self, read: _PartitionRead) -> Iterator[pa.RecordBatch]:
+        """The current slice is done: hand over its records, go on with the partition's next
+        slice, or stop fetching the partition."""
+        if len(read.cols):
+            yield read.cols.batch(read.slice)
+            read.cols = _Columns(self.options.include_headers)
+        if read.queue:
+            read.slice = read.queue.pop(0)
+            self._seek(read, read.slice.start)
+        else:
+            del self.active[(read.tp.topic, read.tp.partition)]
+            self.consumer.incremental_unassign([read.tp])
+
+    def _seek(self, read: _PartitionRead, offset: int) -> None:
+        # A seek fails on a partition in the error state an out-of-range fetch leaves behind;
+        # assigning it again at the new offset always works.
+        self.consumer.incremental_unassign([read.tp])
+        self.consumer.incremental_assign([TopicPartition(read.tp.topic, read.tp.partition, offset)])
+        read.expected = offset
 
 
 def _loss(message: str, options: SourceOptions) -> None:
@@ -286,17 +296,28 @@ def _loss(message: str, options: SourceOptions) -> None:
     log.warning("%s; skipping them (failOnDataLoss=false)", message)
 
 
-def _check_start_deleted(
-    consumer: Consumer, tp: TopicPartition, sl: Slice, got: int, options: SourceOptions
-) -> None:
-    """A slice that starts past its start: compaction (fine) or retention (data loss)?"""
-    low, _ = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-    if low > sl.start:
+def _deleted_below(
+    consumer: Consumer, tp: TopicPartition, sl: Slice, at: int, options: SourceOptions
+) -> int | None:
+    """The fetch at ``at`` was out of range: report the loss, and where to go on (None: stop).
+
+    Below the log start, the records up to it were deleted (retention, DeleteRecords). Above
+    the log end, the log was truncated (or the topic recreated) under the slice.
+    """
+    low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    if at >= low:
         _loss(
-            f"{sl.topic}-{sl.partition}: offsets [{sl.start}, {min(low, got)}) were deleted"
-            " before they were read",
+            f"{sl.topic}-{sl.partition}: the log ends at {high}, below offset {at} of the"
+            f" planned range [{sl.start}, {sl.end}) (truncated, or the topic was recreated)",
             options,
         )
+        return None
+    _loss(
+        f"{sl.topic}-{sl.partition}: offsets [{at}, {min(low, sl.end)}) were deleted before"
+        f" they were read (the log now starts at {low})",
+        options,
+    )
+    return low if low < sl.end else None
 
 
 def _log_end_below(

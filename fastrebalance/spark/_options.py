@@ -6,11 +6,15 @@ the query when it starts, on the driver, rather than in an executor task four re
 
 from __future__ import annotations
 
-import json
+import difflib
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ._offsetspec import EndingOffsets, StartingOffsets, parse_ending, parse_starting
+from ._subscription import Subscription, parse_subscription
 
 __all__ = ["OPTIONS", "SourceOptions", "StartingOffsets", "parse_options"]
 
@@ -37,23 +41,77 @@ DEFAULT_TARGET_BATCH_MS = 10_000
 DEFAULT_WATERMARK_CACHE_MS = 100
 #: How long the first batch after a restart may wait for a live record (see _source.py).
 DEFAULT_FIRST_BATCH_WAIT_MS = 2000
-#: Spark's own default for kafkaConsumer.pollTimeoutMs.
+#: Spark's own defaults for kafkaConsumer.pollTimeoutMs, maxTriggerDelay, groupIdPrefix and
+#: the driver's offset fetches (fetchOffset.*).
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
+DEFAULT_FETCH_RETRIES = 3
+DEFAULT_FETCH_RETRY_INTERVAL_MS = 10
 
 # Option name (as documented) -> (default, meaning), for docs/spark.md and error messages.
 OPTIONS: dict[str, tuple[str, str]] = {
     "kafka.bootstrap.servers": ("(required)", "Kafka brokers, host:port[,host:port]"),
-    "subscribe": ("(required)", "comma-separated topic list"),
+    "subscribe": ("(one of three)", "comma-separated topic list"),
+    "subscribePattern": ("(one of three)", "regex of the topics to read (whole name)"),
+    "assign": ("(one of three)", 'JSON {"topicA": [0, 1]}: exactly these partitions'),
     "startingOffsets": (
         "latest",
         'earliest, latest, or JSON {"topic": {"0": 23, "1": -2}} (-2 earliest, -1 latest);'
-        " only for a new query (a checkpoint wins)",
+        " only for a new query (a checkpoint wins); earliest for spark.read",
     ),
+    "startingOffsetsByTimestamp": (
+        "(none)",
+        'JSON {"topic": {"0": 1700000000000}}: each partition starts at its first record at'
+        " or after the timestamp (ms); wins over startingOffsets",
+    ),
+    "startingTimestamp": ("(none)", "one such timestamp for every partition; wins over both"),
+    "startingOffsetsByTimestampStrategy": (
+        "error",
+        "a partition with no record at or after the timestamp: error fails the query,"
+        " latest starts it at its log end",
+    ),
+    "endingOffsets": (
+        "latest",
+        'spark.read only: latest or JSON {"topic": {"0": 50, "1": -1}} (-1 latest), exclusive',
+    ),
+    "endingOffsetsByTimestamp": (
+        "(none)",
+        "spark.read only: JSON of timestamps; each partition ends before its first record at"
+        " or after it (its log end if none)",
+    ),
+    "endingTimestamp": ("(none)", "spark.read only: one such timestamp for every partition"),
     "maxOffsetsPerTrigger": ("(none)", "live records per micro-batch, over all partitions"),
+    "minOffsetsPerTrigger": (
+        "(none)",
+        "live records a micro-batch waits for (up to maxTriggerDelay), over all partitions",
+    ),
+    "maxTriggerDelay": (
+        DEFAULT_MAX_TRIGGER_DELAY,
+        "the longest a micro-batch waits for minOffsetsPerTrigger (e.g. 30s, 5m)",
+    ),
+    "minPartitions": (
+        "(none)",
+        "at least this many Spark tasks for the live records of a batch (large spans split)",
+    ),
+    "maxRecordsPerPartition": ("(none)", "records per Spark task, at most (spans split)"),
+    "includeHeaders": ("false", "add a headers column: array<struct<key string, value binary>>"),
     "failOnDataLoss": ("true", "fail when records were deleted before being read"),
     "kafkaConsumer.pollTimeoutMs": (
         str(DEFAULT_POLL_TIMEOUT_MS),
         "a task fails if Kafka returns nothing for this long",
+    ),
+    "fetchOffset.numRetries": (
+        str(DEFAULT_FETCH_RETRIES),
+        "tries of the driver's metadata and log-end fetches before the query fails",
+    ),
+    "fetchOffset.retryIntervalMs": (
+        str(DEFAULT_FETCH_RETRY_INTERVAL_MS),
+        "wait between those tries",
+    ),
+    "groupIdPrefix": (
+        DEFAULT_GROUP_ID_PREFIX,
+        "prefix of the consumer group ids the source generates (it never commits)",
     ),
     "catchup.enabled": ("true", "skip a restart backlog and read it in parallel"),
     "catchup.threshold": (
@@ -72,12 +130,13 @@ OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "catchup.chunkSize": (
         str(DEFAULT_CHUNK_SIZE),
-        "backlog records per input partition (Spark task)",
+        "records per input partition (Spark task), at most: backlog chunks and large live spans",
     ),
     "catchup.firstBatchWaitMs": (
         str(DEFAULT_FIRST_BATCH_WAIT_MS),
-        "after a restart, how long the first batch may wait for a live record, so that it"
-        " carries live data (the backlog starts with the second batch)",
+        "after a restart, how long the first batch may wait (inside the planning call) for a"
+        " live record, so that it carries live data and the backlog starts with the second"
+        " batch; without one by then, the first batch starts the backlog",
     ),
     "catchup.watermarkCacheMs": (
         str(DEFAULT_WATERMARK_CACHE_MS),
@@ -94,29 +153,29 @@ _FORBIDDEN_KAFKA = {
     "key.deserializer": "keys are delivered as binary",
     "value.deserializer": "values are delivered as binary",
 }
-_UNSUPPORTED = {
-    "assign": "list the topics with subscribe",
-    "subscribepattern": "list the topics with subscribe",
-    "endingoffsets": "endingOffsets is for batch queries; use Trigger.AvailableNow",
-}
-
-
-@dataclass(frozen=True)
-class StartingOffsets:
-    """``earliest``/``latest`` for every partition, or per-partition offsets (-2/-1 allowed)."""
-
-    default: str = "latest"  # "earliest" | "latest" | "specific"
-    specific: Mapping[tuple[str, int], int] = field(default_factory=dict)
+_BATCH_ONLY = ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp")
+_CATCHUP = {k.lower(): k for k in OPTIONS if k.startswith("catchup.")}
+_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+             "d": 86_400_000}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class SourceOptions:
-    topics: tuple[str, ...]
+    subscription: Subscription
     kafka: Mapping[str, str]
-    starting: StartingOffsets = StartingOffsets()
+    starting: StartingOffsets = field(default_factory=lambda: StartingOffsets("latest"))
+    ending: EndingOffsets | None = None  # spark.read only
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_s: float = 900.0
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_MS / 1000
+    fetch_retries: int = DEFAULT_FETCH_RETRIES
+    fetch_retry_interval_s: float = DEFAULT_FETCH_RETRY_INTERVAL_MS / 1000
+    group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
     catchup_enabled: bool = True
     catchup_threshold: int = DEFAULT_THRESHOLD
     catchup_budget: int | None = None  # None: adaptive, see _plan.next_catchup_budget
@@ -124,6 +183,12 @@ class SourceOptions:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     first_batch_wait_s: float = DEFAULT_FIRST_BATCH_WAIT_MS / 1000
     watermark_cache_s: float = DEFAULT_WATERMARK_CACHE_MS / 1000
+
+    @property
+    def slice_size(self) -> int:
+        """Records per Spark task, at most (catchup.chunkSize and maxRecordsPerPartition)."""
+        cap = self.max_records_per_partition
+        return self.chunk_size if cap is None else min(cap, self.chunk_size)
 
     def consumer_config(self, role: str) -> dict[str, Any]:
         """librdkafka config for an assign-only consumer that never commits.
@@ -133,12 +198,14 @@ class SourceOptions:
         keyed by group from lumping unrelated queries together.
         """
         conf: dict[str, Any] = {
-            "group.id": f"spark-fastrebalance-{role}-{uuid.uuid4().hex[:12]}",
+            "group.id": f"{self.group_id_prefix}-{role}-{uuid.uuid4().hex[:12]}",
             **self.kafka,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
+            # A read that starts below the log start (retention) must not silently jump to it:
+            # an error event says which records are gone (see _kafka, failOnDataLoss).
+            "auto.offset.reset": "error",
         }
         return conf
 
@@ -171,45 +238,48 @@ def _bool(options: dict[str, str], key: str, default: bool) -> bool:
     return value == "true"
 
 
-def _starting(raw: str | None, topics: tuple[str, ...]) -> StartingOffsets:
-    if raw is None or raw.strip().lower() in ("latest", "earliest"):
-        return StartingOffsets((raw or "latest").strip().lower())
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError:
-        raise ValueError(
-            f"option startingOffsets={raw!r} must be earliest, latest or a JSON object"
-        ) from None
-    if not isinstance(parsed, dict):
-        raise ValueError(f"option startingOffsets={raw!r} must be a JSON object")
-    specific: dict[tuple[str, int], int] = {}
-    for topic, parts in parsed.items():
-        if topic not in topics:
-            raise ValueError(f"startingOffsets names topic {topic!r}, not in subscribe={topics}")
-        if not isinstance(parts, dict):
-            raise ValueError(f"startingOffsets for topic {topic!r} must be an object")
-        for p, off in parts.items():
-            if not (str(p).isdigit() and type(off) is int and off >= -2):
-                raise ValueError(
-                    f"startingOffsets {topic}[{p!r}]={off!r}: partitions are ints, offsets"
-                    " are >= 0, or -2 (earliest) / -1 (latest)"
-                )
-            specific[(topic, int(p))] = off
-    return StartingOffsets("specific", specific)
+def _duration_s(options: dict[str, str], key: str, default: str) -> float:
+    """Spark's time strings: ``500ms``, ``30s``, ``15m``, ``1h``; a bare number is ms."""
+    raw = options.get(key.lower(), default).strip().lower()
+    match = re.fullmatch(r"(\d+)\s*(us|ms|s|m|min|h|d)?", raw)
+    if match is None:
+        raise ValueError(f"option {key}={raw!r} must be a duration such as 500ms, 30s, 15m, 1h")
+    return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"] / 1000
 
 
-def parse_options(options: Mapping[str, str]) -> SourceOptions:
-    """Validate the user's options; every error names the option and what it accepts."""
+def _check_catchup_names(opts: dict[str, str]) -> None:
+    """A misspelt catchup option would silently leave its default in force: refuse it."""
+    for key in opts:
+        if key.startswith("catchup.") and key not in _CATCHUP:
+            close = difflib.get_close_matches(key, list(_CATCHUP), n=1)
+            hint = f"; did you mean {_CATCHUP[close[0]]}?" if close else ""
+            raise ValueError(
+                f"unknown option {key}{hint} (the catch-up options are:"
+                f" {', '.join(sorted(_CATCHUP.values()))})"
+            )
+
+
+def parse_options(options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
+    """Validate the user's options; every error names the option and what it accepts.
+
+    ``batch`` is a ``spark.read`` (endingOffsets allowed, startingOffsets=latest not). Other
+    options Spark's Kafka source would ignore are ignored too, except a misspelt catch-up
+    option, which is ours.
+    """
     opts = _lower(options)
-    for key, why in _UNSUPPORTED.items():
-        if key in opts:
-            raise ValueError(f"option {key} is not supported by the fastrebalance source: {why}")
+    _check_catchup_names(opts)
+    if not batch:
+        for key in _BATCH_ONLY:
+            if key in opts:
+                name = next(k for k in OPTIONS if k.lower() == key)
+                raise ValueError(
+                    f"option {name} is for batch reads (spark.read.format('fastrebalance'));"
+                    " a stream has no end: use Trigger.AvailableNow to stop at the log end"
+                )
     servers = opts.get("kafka.bootstrap.servers", "").strip()
     if not servers:
         raise ValueError("option kafka.bootstrap.servers is required")
-    topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
-    if not topics:
-        raise ValueError("option subscribe is required: a comma-separated list of topics")
+    subscription = parse_subscription(opts)
     kafka: dict[str, str] = {}
     for key, value in opts.items():
         if key.startswith("kafka."):
@@ -219,20 +289,38 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             kafka[name] = value
     chunk_size = _int(opts, "catchup.chunkSize", DEFAULT_CHUNK_SIZE, 1)
     target_ms = _int(opts, "catchup.targetBatchDurationMs", DEFAULT_TARGET_BATCH_MS, 1)
-    assert chunk_size is not None and target_ms is not None
+    retries = _int(opts, "fetchOffset.numRetries", DEFAULT_FETCH_RETRIES, 1)
+    retry_ms = _int(opts, "fetchOffset.retryIntervalMs", DEFAULT_FETCH_RETRY_INTERVAL_MS, 0)
+    assert None not in (chunk_size, target_ms, retries, retry_ms)
+    max_rows = _int(opts, "maxOffsetsPerTrigger", None, 1)
+    min_rows = _int(opts, "minOffsetsPerTrigger", None, 1)
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise ValueError(
+            f"option minOffsetsPerTrigger={min_rows} is above maxOffsetsPerTrigger={max_rows}"
+        )
+    prefix = opts.get("groupidprefix", DEFAULT_GROUP_ID_PREFIX).strip()
     return SourceOptions(
-        topics=topics,
+        subscription=subscription,
         kafka=kafka,
-        starting=_starting(opts.get("startingoffsets"), topics),
-        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", None, 1),
+        starting=parse_starting(opts, subscription.covers_topic, batch=batch),
+        ending=parse_ending(opts, subscription.covers_topic) if batch else None,
+        max_offsets_per_trigger=max_rows,
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_s=_duration_s(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
+        min_partitions=_int(opts, "minPartitions", None, 1),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", None, 1),
+        include_headers=_bool(opts, "includeHeaders", False),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         poll_timeout_s=(_int(opts, "kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, 1) or 1)
         / 1000,
+        fetch_retries=retries or DEFAULT_FETCH_RETRIES,
+        fetch_retry_interval_s=(retry_ms or 0) / 1000,
+        group_id_prefix=prefix or DEFAULT_GROUP_ID_PREFIX,
         catchup_enabled=_bool(opts, "catchup.enabled", True),
         catchup_threshold=_int(opts, "catchup.threshold", DEFAULT_THRESHOLD, 0) or 0,
         catchup_budget=_int(opts, "catchup.maxOffsetsPerTrigger", None, 1),
-        target_batch_s=target_ms / 1000,
-        chunk_size=chunk_size,
+        target_batch_s=(target_ms or DEFAULT_TARGET_BATCH_MS) / 1000,
+        chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,
         first_batch_wait_s=(
             _int(opts, "catchup.firstBatchWaitMs", DEFAULT_FIRST_BATCH_WAIT_MS, 0) or 0
         )

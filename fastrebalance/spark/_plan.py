@@ -21,28 +21,39 @@ just reads the difference back out, so the two can never disagree about what a b
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastrebalance._ranges import RangeSet
 
 __all__ = [
+    "FROM_KEY",
+    "INITIAL_KEY",
     "Marks",
     "PartitionPosition",
     "Plan",
     "Slice",
     "TopicPartitionKey",
     "allocate",
+    "batch_zero_end",
+    "batch_zero_start",
     "decode_offset",
     "detect_restart",
     "encode_offset",
+    "even_chunks",
+    "initial_offset",
+    "is_initial",
+    "is_legacy_batch_zero",
     "next_catchup_budget",
     "offset_json",
     "pack_tasks",
     "pending_count",
     "plan_end",
     "plan_slices",
+    "resolve_start",
+    "spread",
+    "tasks_for",
 ]
 
 TopicPartitionKey = tuple[str, int]
@@ -71,6 +82,8 @@ class PartitionPosition:
     def __post_init__(self) -> None:
         if isinstance(self.next, bool) or not isinstance(self.next, int) or self.next < 0:
             raise ValueError(f"offset must be an int >= 0, got {self.next!r}")
+        if not self.pending:
+            return  # the common case, thousands of times per planning call at scale
         canonical = RangeSet(self.pending).as_tuple()
         if canonical != tuple(tuple(r) for r in self.pending):
             raise ValueError(f"pending ranges must be sorted and disjoint: {self.pending!r}")
@@ -109,11 +122,19 @@ def offset_json(offset: Offset) -> str:
 
 
 def decode_offset(obj: Mapping[str, Any]) -> dict[TopicPartitionKey, PartitionPosition]:
-    """Parse an offset dict as Spark hands it back (JSON keys are strings)."""
+    """Parse an offset dict as Spark hands it back (JSON keys are strings).
+
+    Keys starting with ``@`` are not topics (a topic name cannot hold ``@``): they carry the
+    initial offset's bookkeeping (see ``initial_offset``) and are skipped here.
+    """
     if not isinstance(obj, Mapping):
         raise ValueError(f"source offset must be a JSON object, got {obj!r}")
+    if INITIAL_KEY in obj:
+        raise ValueError("the initial offset names no positions: resolve it first")
     out: dict[TopicPartitionKey, PartitionPosition] = {}
     for topic, parts in obj.items():
+        if str(topic).startswith("@"):
+            continue
         if not isinstance(parts, Mapping):
             raise ValueError(f"offsets of topic {topic!r} must be an object, got {parts!r}")
         for key, value in parts.items():
@@ -140,6 +161,93 @@ def _decode_position(topic: str, partition: int, value: Any) -> PartitionPositio
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad offset for {where}: {exc}") from None
     raise ValueError(f"bad offset for {where}: {value!r}")
+
+
+# -- the initial offset -----------------------------------------------------------------------
+#: The key of the initial offset: ``{"@initial": <startingOffsets, as options gave them>}``.
+INITIAL_KEY = "@initial"
+#: The key, in batch 0's end offset, of where batch 0 began reading each partition.
+FROM_KEY = "@from"
+
+
+def initial_offset(spec: Any) -> dict[str, Any]:
+    """The initial offset: the user's startingOffsets themselves, not what they resolve to.
+
+    Spark asks a new query for its initial offset more than once (to plan batch 0, then again
+    to run it, and again on a new driver that replays batch 0 after a crash), and a Python
+    source has no checkpoint folder to keep a first answer in, as Spark's Kafka source does
+    (``sources/0/0``). Log ends move between those calls, so an answer resolved from them
+    would differ each time and the records in between would be lost. A function of the
+    options alone is the same every time; it is resolved once, when batch 0 is planned, and
+    batch 0's end offset (which Spark logs before running it) keeps the result.
+    """
+    return {INITIAL_KEY: spec}
+
+
+def is_initial(obj: Mapping[str, Any]) -> bool:
+    return isinstance(obj, Mapping) and INITIAL_KEY in obj
+
+
+def batch_zero_end(start: Offset, end: Offset) -> dict[str, Any]:
+    """Batch 0's end offset, with the resolved start of each partition it reads from.
+
+    ``start`` is what the initial offset resolved to when batch 0 was planned. A partition
+    that batch 0 reads (its start below its end) has its start kept under ``@from``, so
+    that running batch 0, or replaying it on a new driver, reads the very same records.
+    """
+    out: dict[str, Any] = encode_offset(end)
+    began = {tp: start[tp].next for tp in sorted(end) if tp in start and start[tp] != end[tp]}
+    # Present even when empty: it tells this form from a batch 0 logged by an older version,
+    # whose start must still be resolved when it is replayed (see is_legacy_batch_zero).
+    out[FROM_KEY] = {
+        topic: {str(p): began[(t, p)] for (t, p) in began if t == topic}
+        for topic in sorted({t for t, _ in began})
+    }
+    return out
+
+
+def is_legacy_batch_zero(end: Mapping[str, Any]) -> bool:
+    """Batch 0 logged before its end kept where it began (fastrebalance before issue 19)."""
+    return FROM_KEY not in end
+
+
+def batch_zero_start(end: Mapping[str, Any]) -> dict[TopicPartitionKey, PartitionPosition]:
+    """Where batch 0 began, from its end offset: ``@from``, or the end itself (nothing read)."""
+    positions = decode_offset(end)
+    began = end.get(FROM_KEY) or {}
+    if not isinstance(began, Mapping):
+        raise ValueError(f"bad {FROM_KEY} in batch 0's offset: {began!r}")
+    out: dict[TopicPartitionKey, PartitionPosition] = {}
+    for tp, pos in positions.items():
+        offset = (began.get(tp[0]) or {}).get(str(tp[1]))
+        if offset is None:
+            out[tp] = pos
+        elif type(offset) is int and 0 <= offset <= pos.next and not pos.pending:
+            out[tp] = PartitionPosition(offset)
+        else:
+            raise ValueError(f"bad {FROM_KEY} offset {offset!r} for {tp[0]}-{tp[1]}")
+    return out
+
+
+def resolve_start(
+    wanted: Mapping[TopicPartitionKey, int],
+    marks: Mapping[TopicPartitionKey, Marks],
+    target: Mapping[TopicPartitionKey, int] | None = None,
+) -> dict[TopicPartitionKey, PartitionPosition]:
+    """Starting offsets (-2 earliest, -1 latest, or an offset) as positions, now.
+
+    Under Trigger.AvailableNow, "latest" is the run's target: the log end when the run began.
+    An offset outside the log is kept as given, so that planning reports it (records deleted
+    below the log start, or a log that ends below it) per failOnDataLoss.
+    """
+    out: dict[TopicPartitionKey, PartitionPosition] = {}
+    for tp, offset in wanted.items():
+        m = marks.get(tp)
+        if m is None:
+            continue
+        high = m.high if target is None else min(m.high, target.get(tp, m.high))
+        out[tp] = PartitionPosition(m.low if offset == -2 else high if offset == -1 else offset)
+    return out
 
 
 def pending_count(offset: Offset) -> int:
@@ -206,15 +314,18 @@ def plan_end(
     chunk_size: int = 25_000,
     target: Mapping[TopicPartitionKey, int] | None = None,
     new_partitions_from_earliest: bool = True,
+    drain_on_restart: bool = False,
 ) -> Plan:
     """The end offset of the next batch.
 
     * A partition in ``restart_ends`` that has not yet passed that point moves its backlog
       ``[next, restart_end)`` into pending and continues from ``restart_end``: the live stream
-      flows at once. A plan that skips any backlog drains none, so the first batch after a
-      restart only carries live records.
-    * The live stream advances to the log end (capped by ``target`` for Trigger.AvailableNow),
-      at most ``fresh_limit`` records in total (Spark's ``maxOffsetsPerTrigger``).
+      flows at once. A plan that skips any backlog drains none (unless ``drain_on_restart``:
+      the caller found no live record to hold back), so the first batch after a restart only
+      carries live records.
+    * The live stream advances to the log end (capped by ``target`` for Trigger.AvailableNow:
+      a partition the target does not name, one that appeared after it was fixed, is neither
+      added nor read on), at most ``fresh_limit`` records in total (``maxOffsetsPerTrigger``).
     * Otherwise up to ``catchup_budget`` backlog records leave pending, lowest offsets first,
       one chunk per partition in turn (largest backlog first), so the partitions' backlogs
       progress in parallel and a batch is never held hostage by backlog work.
@@ -233,17 +344,27 @@ def plan_end(
         m = marks.get(tp)
         if tp not in start:
             assert m is not None
+            if target is not None and tp not in target:
+                continue  # appeared after the run's target was fixed: the next run reads it
             first = m.low if new_partitions_from_earliest else m.high
             if target is not None:
-                first = min(first, target.get(tp, first))
+                first = min(first, target[tp])
             plan.end[tp] = PartitionPosition(first)
             continue
         pos = start[tp]
         if m is None:  # no watermarks this time (metadata hiccup, topic deleted): stand still
             plan.end[tp] = pos
             continue
-        nxt, pending = pos.next, RangeSet(pos.pending)
-        high = m.high if target is None else min(m.high, target.get(tp, m.high))
+        nxt = pos.next
+        skip_to = restart_ends.get(tp)
+        # Under a target (Trigger.AvailableNow), a partition it does not name is not read on.
+        high = m.high if target is None else min(m.high, target.get(tp, nxt))
+        if not pos.pending and m.low <= nxt <= m.high and skip_to is None:
+            # The common case, kept free of range bookkeeping: planning runs every ~10 ms
+            # while data flows, over every partition (1,000 at scale).
+            nexts[tp], highs[tp] = nxt, max(high, nxt)
+            continue
+        pending = RangeSet(pos.pending)
         where = f"{tp[0]}-{tp[1]}"
         if m.high < nxt:
             plan.losses.append(
@@ -263,18 +384,20 @@ def plan_end(
             )
             pending.remove_below(m.low)
             nxt = max(nxt, m.low)
-        skip_to = restart_ends.get(tp)
         if skip_to is not None and nxt < skip_to <= m.high:
             pending.add(nxt, skip_to)
             plan.restarted[tp] = (nxt, skip_to)
             nxt = skip_to
-        nexts[tp], highs[tp], pendings[tp] = nxt, max(high, nxt), pending
+        nexts[tp], highs[tp] = nxt, max(high, nxt)
+        if pending:
+            pendings[tp] = pending
 
     grants = allocate({tp: highs[tp] - nexts[tp] for tp in nexts}, fresh_limit)
-    if not plan.restarted:
+    if not plan.restarted or drain_on_restart:
         _drain(pendings, catchup_budget, chunk_size)
     for tp in nexts:
-        plan.end[tp] = PartitionPosition(nexts[tp] + grants[tp], pendings[tp].as_tuple())
+        ranges = pendings[tp].as_tuple() if tp in pendings else ()
+        plan.end[tp] = PartitionPosition(nexts[tp] + grants[tp], ranges)
     plan.end = dict(sorted(plan.end.items()))
     return plan
 
@@ -349,8 +472,9 @@ class Slice:
 def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
     """What the batch ``start → end`` reads, as input partitions; pure in its arguments.
 
-    Live spans come first (one slice per partition, so Spark schedules them first) and backlog
-    comes in chunks of at most ``chunk_size`` records, each its own task. A partition absent
+    Live spans come first (so Spark schedules them first) and backlog after them; both are
+    cut into chunks of at most ``chunk_size`` records (a large live span, e.g. a new query
+    from the earliest offsets, is read in parallel like the backlog). A partition absent
     from ``start`` is read from the next batch on (its first plan only records where it starts).
     """
     if chunk_size < 1:
@@ -361,6 +485,12 @@ def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
         s = start.get((topic, partition))
         if s is None:
             continue
+        if not s.pending and not e.pending:  # the common case: a live span, if anything
+            live.extend(
+                Slice(topic, partition, a, b, False)
+                for a, b in even_chunks(s.next, e.next, chunk_size)
+            )
+            continue
         still_pending = RangeSet(e.pending)
         spans = RangeSet()
         if e.next > s.next:
@@ -369,21 +499,26 @@ def plan_slices(start: Offset, end: Offset, chunk_size: int) -> list[Slice]:
         for a, b in still_pending:
             spans.remove(a, b)
             drained.remove(a, b)
-        live.extend(Slice(topic, partition, a, b, False) for a, b in spans)
+        for a, b in spans:
+            live.extend(
+                Slice(topic, partition, c, d, False) for c, d in even_chunks(a, b, chunk_size)
+            )
         for a, b in drained:
             backlog.extend(
-                Slice(topic, partition, c, d, True) for c, d in _even_chunks(a, b, chunk_size)
+                Slice(topic, partition, c, d, True) for c, d in even_chunks(a, b, chunk_size)
             )
     return live + backlog
 
 
-def _even_chunks(start: int, end: int, chunk_size: int) -> Iterable[tuple[int, int]]:
+def even_chunks(start: int, end: int, chunk_size: int) -> Iterator[tuple[int, int]]:
     """``[start, end)`` in as few chunks of at most ``chunk_size`` as possible, sized alike.
 
     Cutting at multiples of ``chunk_size`` left a remainder chunk of a few records whenever a
     range was a little over a multiple (a restart backlog always is: it ends where the live
     records began), and each such crumb costs a whole Spark task.
     """
+    if end <= start:
+        return
     count = -(-(end - start) // chunk_size)
     base, extra = divmod(end - start, count)
     at = start
@@ -417,3 +552,35 @@ def pack_tasks(slices: Iterable[Slice], max_records: int) -> list[tuple[Slice, .
     if group:
         live.append(tuple(group))
     return live + backlog
+
+
+def spread(slices: list[Slice], min_partitions: int | None) -> list[Slice]:
+    """At least ``min_partitions`` slices (Spark's minPartitions), large ones split first.
+
+    As Spark's Kafka source does: with fewer slices than asked for, each is cut into a
+    number of even parts proportional to its size (at least one), so the work spreads over
+    the tasks however uneven the partitions are.
+    """
+    if min_partitions is None or len(slices) >= min_partitions:
+        return slices
+    total = sum(s.size for s in slices)
+    if total == 0:
+        return slices
+    out: list[Slice] = []
+    for s in slices:
+        parts = min(max(round(s.size * min_partitions / total), 1), s.size)
+        size = -(-s.size // parts)
+        out.extend(
+            Slice(s.topic, s.partition, a, b, s.catchup)
+            for a, b in even_chunks(s.start, s.end, size)
+        )
+    return out
+
+
+def tasks_for(
+    slices: list[Slice], max_records: int, min_partitions: int | None = None
+) -> list[tuple[Slice, ...]]:
+    """The Spark tasks of a batch: ``minPartitions`` honoured, else small live spans packed."""
+    if min_partitions is not None:
+        return [(s,) for s in spread(slices, min_partitions)]
+    return pack_tasks(slices, max_records)

@@ -1,28 +1,23 @@
-"""The Spark-facing classes: thin adapters from PySpark's data source API to _plan and _kafka.
+"""The Spark-facing data source: its name, its schema, and the reader for each kind of query.
 
-Spark runs the stream reader in one long-lived Python process on the driver (offsets,
-planning) and ships a *pickled copy* to executors for ``read``. So the reader holds only
-options and small caches, creates Kafka clients lazily, and keeps the one piece of per-run
-state that is not in the offset JSON (the log ends seen at restart) in a form that only ever
-makes re-planning agree with the first plan.
+Spark runs a stream reader in one long-lived Python process on the driver (offsets, planning)
+and ships a *pickled copy* to executors for ``read``; a batch reader likewise plans on the
+driver and reads on executors. Both live in their own modules (_stream, _batch); this one
+holds what they share.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Mapping
 
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     IntegerType,
@@ -33,30 +28,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ._kafka import OffsetFetcher, read_slices
-from ._options import FIRST_CATCHUP_BUDGET, SourceOptions, parse_options
-from ._plan import (
-    Marks,
-    PartitionPosition,
-    Slice,
-    TopicPartitionKey,
-    decode_offset,
-    detect_restart,
-    encode_offset,
-    next_catchup_budget,
-    pack_tasks,
-    pending_count,
-    plan_end,
-    plan_slices,
-)
+from ._options import parse_options
+from ._plan import Slice
 
-__all__ = ["SCHEMA", "FastRebalanceDataSource", "FastRebalanceStreamReader", "KafkaSlicePartition"]
-
-log = logging.getLogger("fastrebalance.spark")
-
-#: A backlog at most this share above the adaptive budget is read in one batch (see
-#: FastRebalanceStreamReader._batch_budget).
-TAIL_SHARE = 0.25
+__all__ = [
+    "HEADERS_FIELD",
+    "SCHEMA",
+    "FastRebalanceDataSource",
+    "KafkaSlicePartition",
+    "schema_for",
+]
 
 SCHEMA = StructType(
     [
@@ -70,10 +51,28 @@ SCHEMA = StructType(
         StructField("catchup", BooleanType()),
     ]
 )
+#: With includeHeaders=true, before ``catchup``: where Spark's Kafka source has it (last).
+HEADERS_FIELD = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+)
+
+
+def schema_for(include_headers: bool) -> StructType:
+    if not include_headers:
+        return SCHEMA
+    return StructType([*SCHEMA.fields[:-1], HEADERS_FIELD, SCHEMA.fields[-1]])
+
+
+def _include_headers(options: Mapping[str, str]) -> bool:
+    raw = {str(k).lower(): str(v) for k, v in options.items()}.get("includeheaders", "false")
+    if raw.strip().lower() not in ("true", "false"):
+        raise ValueError(f"option includeHeaders={raw!r} must be true or false")
+    return raw.strip().lower() == "true"
 
 
 class KafkaSlicePartition(InputPartition):
-    """One Spark task: offset ranges of Kafka partitions, read in order (picklable)."""
+    """One Spark task: offset ranges of Kafka partitions, read together (picklable)."""
 
     def __init__(self, slices: tuple[Slice, ...]) -> None:
         super().__init__(slices)
@@ -81,224 +80,32 @@ class KafkaSlicePartition(InputPartition):
 
 
 class FastRebalanceDataSource(DataSource):
-    """``spark.readStream.format("fastrebalance")``: Kafka with KIP-333 catch-up on restart."""
+    """``spark.readStream.format("fastrebalance")``: Kafka with KIP-333 catch-up on restart;
+    ``spark.read.format("fastrebalance")``: a bounded read, for backfills."""
 
     @classmethod
     def name(cls) -> str:
         return "fastrebalance"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return schema_for(_include_headers(self.options))
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if [f.name for f in schema.fields] != SCHEMA.fieldNames():
+    def _check_schema(self, schema: StructType) -> None:
+        expected = self.schema()
+        if [f.name for f in schema.fields] != expected.fieldNames():
             raise ValueError(
-                f"the fastrebalance source has a fixed schema {SCHEMA.simpleString()};"
+                f"the fastrebalance source has a fixed schema {expected.simpleString()};"
                 f" got {schema.simpleString()}"
             )
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from ._stream import FastRebalanceStreamReader
+
+        self._check_schema(schema)
         return FastRebalanceStreamReader(parse_options(self.options))
 
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from ._batch import FastRebalanceBatchReader
 
-class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions) -> None:
-        self.options = options
-        self._fetcher = OffsetFetcher(options)
-        self._initial: dict[str, Any] | None = None
-        self._restart_ends: dict[TopicPartitionKey, int] | None = None
-        self._target: dict[TopicPartitionKey, int] | None = None
-        self._restart_at = 0.0
-        self._budget = options.catchup_budget or FIRST_CATCHUP_BUDGET
-        # The last batch planned with backlog: (its end, when it was planned, backlog records
-        # it drains, the budget it had), until its duration is known.
-        self._timing: tuple[dict[str, Any], float, int, int] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Executors need the options only; the driver's caches stay on the driver.
-        return {"options": self.options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
-
-    # -- offsets (driver) ------------------------------------------------------------------
-    def initialOffset(self) -> dict[str, Any]:
-        marks = self._fetcher.marks(refresh=True)
-        starting = self.options.starting
-        missing = sorted(set(marks) - set(starting.specific))
-        if starting.default == "specific" and missing:
-            raise ValueError(
-                "startingOffsets must give an offset for every partition of the subscribed"
-                f" topics (as Spark's Kafka source requires); missing: {missing}"
-            )
-        start: dict[TopicPartitionKey, PartitionPosition] = {}
-        for tp, m in marks.items():
-            wanted = {"earliest": -2, "latest": -1}.get(starting.default)
-            if wanted is None:
-                wanted = starting.specific[tp]
-            offset = m.low if wanted == -2 else m.high if wanted == -1 else wanted
-            start[tp] = PartitionPosition(offset)
-        self._initial = encode_offset(start)
-        return self._initial
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        # "Everything available now" is the log end at this moment; the backlog already in the
-        # offset JSON (or skipped at restart) is below it, so the query still drains it all.
-        self._target = {tp: m.high for tp, m in self._fetcher.marks(refresh=True).items()}
-
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        self._adapt_budget(start)
-        begin = decode_offset(start)
-        first_call = self._restart_ends is None
-        marks = self._fetcher.marks(refresh=first_call)
-        if self._target is not None:
-            marks = {
-                tp: Marks(m.low, min(m.high, self._target.get(tp, m.high)))
-                for tp, m in marks.items()
-            }
-        if first_call:
-            self._restart_ends = self._decide_restart(start, begin, marks)
-            self._restart_at = time.monotonic()
-        budget = self._batch_budget(begin)
-        plan = plan_end(
-            begin,
-            marks,
-            restart_ends=self._restart_ends,
-            fresh_limit=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
-            catchup_budget=budget,
-            chunk_size=self.options.chunk_size,
-            target=self._target,
-        )
-        if plan.restarted and self._wait_for_live(begin, plan.end):
-            return start
-        for problem in plan.losses:
-            if self.options.fail_on_data_loss:
-                raise RuntimeError(problem + " (set failOnDataLoss=false to skip them)")
-            log.warning("%s (failOnDataLoss=false)", problem)
-        for (topic, p), (a, b) in plan.restarted.items():
-            log.info(
-                "%s-%d: restart with %d records of backlog: live records from %d on, backlog"
-                " [%d, %d) read in parallel chunks",
-                topic,
-                p,
-                b - a,
-                b,
-                a,
-                b,
-            )
-        end = encode_offset(plan.end)
-        if end == start:
-            return start
-        drained = pending_count(begin) - pending_count(plan.end)
-        if drained > 0 and not plan.restarted:
-            self._timing = (end, time.monotonic(), drained, budget)
-        return end
-
-    def _batch_budget(self, begin: dict[TopicPartitionKey, PartitionPosition]) -> int:
-        """The adaptive budget, stretched to take a small remainder along.
-
-        A backlog a little over the budget would otherwise leave a tail of a few records for
-        one more batch, which costs a whole batch's fixed cost for nothing. A budget the user
-        set is a cap and is kept exactly.
-        """
-        if self.options.catchup_budget is not None:
-            return self.options.catchup_budget
-        left = pending_count(begin)
-        return left if self._budget < left <= self._budget * (1 + TAIL_SHARE) else self._budget
-
-    def _adapt_budget(self, start: dict[str, Any]) -> None:
-        """Size the next backlog batch by how long the last one took (unless the user fixed it).
-
-        Spark plans the next batch only once the previous one has run and committed, so the
-        time from planning a batch to the next call that starts at its end is that batch's
-        duration, as the live stream sees it. A batch's end is decided here, before Spark logs
-        it, so a budget that depends on timing keeps every batch a pure function of its
-        logged offsets: a replay after a crash reads the logged batch, whatever the budget.
-        """
-        if self._timing is None or self.options.catchup_budget is not None:
-            return
-        end, planned_at, drained, budget = self._timing
-        if start != end:
-            return
-        self._timing = None
-        seconds = time.monotonic() - planned_at
-        self._budget = next_catchup_budget(
-            budget, drained, seconds, self.options.target_batch_s, self.options.chunk_size
-        )
-        if self._budget != budget:
-            log.info(
-                "backlog budget %d -> %d records per batch (the last batch drained %d in %.1fs;"
-                " catchup.targetBatchDurationMs=%d)",
-                budget,
-                self._budget,
-                drained,
-                seconds,
-                self.options.target_batch_s * 1000,
-            )
-
-    def _decide_restart(
-        self,
-        raw_start: dict[str, Any],
-        begin: dict[TopicPartitionKey, PartitionPosition],
-        marks: dict[TopicPartitionKey, Marks],
-    ) -> dict[TopicPartitionKey, int]:
-        """The log ends to skip to, decided once per query run.
-
-        Only a start restored from a checkpoint is a restart: a new query starting at its
-        initial offset reads from there in order, as the user asked with startingOffsets.
-        """
-        if not self.options.catchup_enabled or raw_start == self._initial:
-            return {}
-        return detect_restart(begin, marks, self.options.catchup_threshold)
-
-    def _wait_for_live(
-        self,
-        begin: dict[TopicPartitionKey, PartitionPosition],
-        end: dict[TopicPartitionKey, PartitionPosition],
-    ) -> bool:
-        """Hold back a restart batch that has no live record yet, for a short while.
-
-        The first batch after a restart carries no backlog by design; planned at the very
-        instant of the restart it would usually carry nothing at all, and the first live
-        records would then wait for the next batch, behind backlog work. Waiting briefly lets
-        the first batch carry them. The wait is bounded so that an idle topic's backlog still
-        drains, and skipped under Trigger.AvailableNow, whose live span is fixed already.
-        """
-        if self._target is not None:
-            return False
-        waited = time.monotonic() - self._restart_at
-        if waited >= self.options.first_batch_wait_s:
-            return False
-        return not any(not s.catchup for s in plan_slices(begin, end, self.options.chunk_size))
-
-    def reportLatestOffset(self) -> dict[str, Any] | None:
-        marks = self._fetcher.marks()
-        return encode_offset({tp: PartitionPosition(m.high) for tp, m in marks.items()})
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        slices = plan_slices(decode_offset(start), decode_offset(end), self.options.chunk_size)
-        backlog = [s for s in slices if s.catchup]
-        if backlog:
-            log.info(
-                "batch plan: %d live slice(s), %d backlog chunk(s) of %d records; %d left",
-                len(slices) - len(backlog),
-                len(backlog),
-                sum(s.size for s in backlog),
-                pending_count(decode_offset(end)),
-            )
-        return [KafkaSlicePartition(t) for t in pack_tasks(slices, self.options.chunk_size)]
-
-    def commit(self, end: dict[str, Any]) -> None:
-        # Nothing to do: Kafka is never told (the checkpoint is the truth, as in Spark's own
-        # Kafka source), and this call arrives a batch late anyway.
-        pass
-
-    def stop(self) -> None:
-        self._fetcher.close()
-
-    # -- records (executors) ---------------------------------------------------------------
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaSlicePartition), partition
-        return read_slices(partition.slices, self.options)
+        self._check_schema(schema)
+        return FastRebalanceBatchReader(parse_options(self.options, batch=True))

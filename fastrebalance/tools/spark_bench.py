@@ -1,6 +1,9 @@
-"""Restart-to-first-fresh-record benchmark for the Spark source, on the embedded cluster.
+"""Benchmarks of the Spark source: restart to the first fresh record, and live latency at scale.
 
     python -m fastrebalance.tools.spark_bench --backlog 500000 --repeat 3
+    python -m fastrebalance.tools.spark_bench --scale 4,1000 --repeat 2
+
+On the embedded cluster, or on any broker with ``--bootstrap-servers``.
 
 For each mode: a query reads a topic and is stopped, a backlog piles up, live traffic starts
 and the query restarts from its checkpoint. Measured from the restart: when the first live
@@ -14,6 +17,11 @@ the drain down: how many batches carried backlog and what each cost (Spark's own
 therefore almost pure fixed cost. The modes run interleaved and the table shows medians, so
 that load from other jobs on a shared machine hits every mode alike. A warm-up run comes
 first and is not reported: the JVM would otherwise bill its JIT compilation to one mode.
+
+The partitions mode (``--scale``) runs a query with the quick start's options on topics of
+each size under light live traffic, and reports produce-to-sink latency (p50, p99, max) next
+to what one planning call costs the driver: its time, and the ListOffsets requests it sends
+per broker, counted by librdkafka's own statistics.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -298,6 +307,179 @@ def format_table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class ScaleResult:
+    partitions: int
+    latencies_ms: list[float]
+    batch_s: list[float]
+    plan_ms: list[float]
+    list_offsets_per_broker: list[int]
+
+    def line(self) -> str:
+        lat = sorted(self.latencies_ms)
+        return (
+            f"{self.partitions:5d} partitions: {len(lat)} records, p50 {_pct(lat, 50):.0f} ms,"
+            f" p99 {_pct(lat, 99):.0f} ms, max {lat[-1] if lat else math.nan:.0f} ms;"
+            f" {len(self.batch_s)} batches of {_median(self.batch_s)};"
+            f" planning call {statistics.median(self.plan_ms):.1f} ms,"
+            f" ListOffsets per broker {self.list_offsets_per_broker}"
+        )
+
+
+def _pct(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(len(ordered) * pct / 100) - 1)]
+
+
+def _await_leaders(bootstrap: str, topic: str, partitions: int, timeout: float = 120) -> None:
+    """A new topic of many partitions answers NOT_LEADER for a few seconds on a real broker."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-leaders"})
+    try:
+        deadline = time.monotonic() + timeout
+        query = [TopicPartition(topic, p, -1) for p in range(partitions)]
+        while True:
+            try:
+                found = c.offsets_for_times(query, timeout=10)
+                if all(tp.error is None and tp.offset >= 0 for tp in found):
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions without a leader after {timeout} s")
+            time.sleep(0.5)
+    finally:
+        c.close()
+
+
+def measure_planning(bootstrap: str, topic: str, calls: int = 10) -> tuple[list[float], list[int]]:
+    """The driver's fetch of every log end, as one planning call makes it: time, and the
+    ListOffsets requests per broker (librdkafka statistics, which count what was sent)."""
+    from fastrebalance.spark._fetcher import OffsetFetcher
+    from fastrebalance.spark._options import parse_options
+
+    stats: dict[str, dict[str, int]] = {}
+
+    def on_stats(raw: str) -> None:
+        doc = json.loads(raw)
+        stats["req"] = {
+            name: broker.get("req", {}).get("ListOffsets", 0)
+            for name, broker in doc["brokers"].items()
+            if broker.get("nodeid", -1) >= 0
+        }
+
+    options = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    fetcher = OffsetFetcher(options)
+    consumer = Consumer(
+        {**options.consumer_config("bench"), "statistics.interval.ms": 50, "stats_cb": on_stats}
+    )
+    fetcher._consumer = consumer  # the same calls, on a client whose statistics we read
+    took: list[float] = []
+    per_broker: list[int] = []
+    try:
+        fetcher.marks(refresh=True, lows=True)
+        for _ in range(calls):
+            consumer.poll(0.2)
+            before = dict(stats.get("req", {}))
+            began = time.perf_counter()
+            fetcher.marks(refresh=True)
+            took.append((time.perf_counter() - began) * 1000)
+            consumer.poll(0.2)
+            after = stats.get("req", {})
+            per_broker = sorted(after[b] - before.get(b, 0) for b in after)
+    finally:
+        fetcher.close()
+    return took, per_broker
+
+
+def run_scale(
+    spark: Any, bootstrap: str, create_topic: Any, partitions: int, rate: float, seconds: float,
+    workdir: str,
+) -> ScaleResult:  # fmt: skip
+    """Light live traffic on a topic of ``partitions``; latency of every record to the sink."""
+    from pyspark.sql import functions as F
+
+    topic = f"scale-{partitions}-{uuid.uuid4().hex[:6]}"
+    create_topic(topic, partitions)
+    _await_leaders(bootstrap, topic, partitions)
+    latencies: list[float] = []
+    measuring = threading.Event()
+    seen = [0]
+
+    def sink(df: Any, batch_id: int) -> None:
+        rows = df.select(F.get_json_object(F.col("value").cast("string"), "$.sent_ms")).collect()
+        now_ms = time.time() * 1000
+        seen[0] += len(rows)
+        if measuring.is_set():
+            latencies.extend(now_ms - int(r[0]) for r in rows)
+
+    q = (
+        spark.readStream.format("fastrebalance")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("kafka.fetch.wait.max.ms", "10")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", os.path.join(workdir, topic))
+        .start()
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    sent = 0
+    try:
+        deadline = time.monotonic() + 120
+        while not q.recentProgress and time.monotonic() < deadline:
+            time.sleep(0.1)  # batch 0: the start is fixed
+        began = time.monotonic()
+        next_at = began
+        warmup = min(10.0, seconds / 3)
+        while time.monotonic() < began + warmup + seconds:
+            if not measuring.is_set() and time.monotonic() > began + warmup:
+                seen[0], sent = 0, 0
+                measuring.set()
+            where = random.randrange(partitions)
+            producer.produce(topic, value=_value("fresh", sent), partition=where)
+            producer.poll(0)
+            sent += 1
+            next_at += 1.0 / rate
+            time.sleep(max(next_at - time.monotonic(), 0))
+        producer.flush(10)
+        deadline = time.monotonic() + 60
+        while seen[0] < sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        q.stop()
+    batch_s = [
+        p["durationMs"].get("triggerExecution", 0) / 1000
+        for p in q.recentProgress
+        if p["numInputRows"]
+    ]
+    plan_ms, per_broker = measure_planning(bootstrap, topic)
+    return ScaleResult(partitions, latencies, batch_s, plan_ms, per_broker)
+
+
+def format_scale_table(results: Sequence[ScaleResult]) -> str:
+    sizes = list(dict.fromkeys(r.partitions for r in results))
+    base = min(sizes)
+    lats = {n: [x for r in results if r.partitions == n for x in r.latencies_ms] for n in sizes}
+    p99 = {n: _pct(lats[n], 99) for n in sizes}
+    lines = [
+        "| partitions | records | produce → sink p50 | p99 | max | p99 ÷ "
+        f"{base} partitions | batch duration | planning call | ListOffsets requests per broker |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n in sizes:
+        runs = [r for r in results if r.partitions == n]
+        lat = sorted(x for r in runs for x in r.latencies_ms)
+        plans = [x for r in runs for x in r.plan_ms]
+        lines.append(
+            f"| {n} | {len(lat)} | {_pct(lat, 50):.0f} ms | {p99[n]:.0f} ms | {lat[-1]:.0f} ms"
+            f" | {p99[n] / p99[base]:.2f}x | {_median([x for r in runs for x in r.batch_s])}"
+            f" | {statistics.median(plans):.0f} ms | {runs[-1].list_offsets_per_broker} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--backlog", type=int, default=500_000)
@@ -310,18 +492,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=1, help="unreported runs first, to warm up the JVM"
     )
+    parser.add_argument(
+        "--scale",
+        default="",
+        help="partitions mode: comma-separated partition counts, e.g. 4,1000 (instead of the"
+        " restart benchmark)",
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="partitions mode: per run")
+    parser.add_argument(
+        "--bootstrap-servers", default="", help="a running broker (default: an embedded one)"
+    )
     parser.add_argument("--verbose", action="store_true", help="print every batch")
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
+    sizes = [int(x) for x in args.scale.split(",") if x.strip()]
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from fastrebalance.spark import register
-    from fastrebalance.testing import EmbeddedKafka
+    from fastrebalance.testing import EmbeddedKafka, ExternalKafka
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -335,28 +528,57 @@ def main(argv: list[str] | None = None) -> int:
     register(spark)
     workdir = tempfile.mkdtemp(prefix="fastrebalance-bench-")
     results: list[Result] = []
+    scaled: list[ScaleResult] = []
+    cluster: Any = (
+        ExternalKafka(args.bootstrap_servers) if args.bootstrap_servers else EmbeddedKafka()
+    )
     try:
-        with EmbeddedKafka() as kafka:
+        with cluster as kafka:
+            if sizes:
+                for n in sizes[:1] * args.warmup:
+                    warm = run_scale(
+                        spark, kafka.bootstrap_servers, kafka.create_topic, n, args.rate,
+                        min(args.seconds, 15), workdir,
+                    )  # fmt: skip
+                    print("(warm-up) " + warm.line(), flush=True)
+                for _ in range(args.repeat):
+                    for n in sizes:
+                        sr = run_scale(
+                            spark, kafka.bootstrap_servers, kafka.create_topic, n, args.rate,
+                            args.seconds, workdir,
+                        )  # fmt: skip
+                        scaled.append(sr)
+                        print(sr.line(), flush=True)
+            else:
 
-            def run(mode: str, backlog: int) -> Result:
-                return run_mode(
-                    spark, kafka.bootstrap_servers, kafka.create_topic, mode, backlog,
-                    args.partitions, args.rate, workdir, args.verbose,
-                )  # fmt: skip
+                def run(mode: str, backlog: int) -> Result:
+                    return run_mode(
+                        spark, kafka.bootstrap_servers, kafka.create_topic, mode, backlog,
+                        args.partitions, args.rate, workdir, args.verbose,
+                    )  # fmt: skip
 
-            for _ in range(args.warmup):
-                print("(warm-up) " + run(modes[0], min(args.backlog, 200_000)).line(), flush=True)
-            for _ in range(args.repeat):
-                for mode in modes:
-                    r = run(mode, args.backlog)
-                    results.append(r)
-                    print(r.line(), flush=True)
+                for _ in range(args.warmup):
+                    warm_up = run(modes[0], min(args.backlog, 200_000))
+                    print("(warm-up) " + warm_up.line(), flush=True)
+                for _ in range(args.repeat):
+                    for mode in modes:
+                        r = run(mode, args.backlog)
+                        results.append(r)
+                        print(r.line(), flush=True)
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    where = args.bootstrap_servers or "the embedded cluster"
+    if sizes:
+        print(
+            f"\n{args.rate:g} live records/s on {where}, {args.seconds:g} s measured per run,"
+            f" {args.repeat} run(s) per size\n"
+        )
+        print(format_scale_table(scaled))
+        return 0
     print(
         f"\nbacklog {args.backlog:,} records, {args.partitions} partitions, {args.rate:g} live"
-        f" records/s; {args.repeat} run(s) per mode, median (range)\n"
+        f" records/s on {where}; {args.repeat} run(s) per mode, median (range)\n"
     )
     print(format_table(results))
     return 0

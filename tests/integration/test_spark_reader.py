@@ -6,18 +6,23 @@ column layout Spark's Python data source expects, and gone records are data loss
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("pyarrow")
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from fastrebalance.spark import _kafka
+from fastrebalance.spark._fetcher import OffsetFetcher
 from fastrebalance.spark._kafka import (
     ARROW_SCHEMA,
+    ARROW_SCHEMA_WITH_HEADERS,
     DataLossError,
-    OffsetFetcher,
     read_slice,
+    read_slices,
 )
 from fastrebalance.spark._options import parse_options
 from fastrebalance.spark._plan import Marks, Slice
@@ -76,6 +81,24 @@ def test_slice_yields_exactly_its_offsets(kafka_cluster, topic_factory) -> None:
     assert _read(Slice(topic, 1, 5, 5, False), opts) == []
 
 
+def test_headers_are_read_when_asked_for(kafka_cluster, topic_factory) -> None:
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    p = Producer({"bootstrap.servers": bs})
+    p.produce(topic, value=b"a", partition=0, headers=[("trace", b"t1"), ("empty", None)])
+    p.produce(topic, value=b"b", partition=0)
+    assert p.flush(30) == 0
+    rows = []
+    with_headers = _options(bs, topic, includeHeaders="true")
+    for batch in read_slice(Slice(topic, 0, 0, 2, False), with_headers):
+        assert batch.schema.equals(ARROW_SCHEMA_WITH_HEADERS)
+        rows.extend(batch.to_pylist())
+    assert [r["headers"] for r in rows] == [
+        [{"key": "trace", "value": b"t1"}, {"key": "empty", "value": None}],
+        None,  # no headers: null, as in Spark's Kafka source
+    ]
+    assert "headers" not in _read(Slice(topic, 0, 0, 2, False), _options(bs, topic))[0]
+
+
 def test_a_read_never_asks_kafka_for_more_than_the_slice_holds(
     kafka_cluster, topic_factory, monkeypatch
 ) -> None:
@@ -107,12 +130,47 @@ def test_a_read_never_asks_kafka_for_more_than_the_slice_holds(
             consumer.close()
 
 
-def test_fetcher_sees_partitions_and_log_ends(kafka_cluster, topic_factory) -> None:
+def test_a_task_reads_its_partitions_together(kafka_cluster, topic_factory, monkeypatch) -> None:
+    """The small live spans of a batch over many partitions share a task; they were read one
+    after the other, each waiting for the fetch the previous one left in flight (issue 19:
+    18.8 s per micro-batch at 128 partitions). One consumer is now assigned to all at once."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(64)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(64 * 6):
+        p.produce(topic, value=f"v{i}".encode(), partition=i % 64)
+    assert p.flush(30) == 0
+    assigned: list[int] = []
+
+    class Spy(_kafka.Consumer):  # type: ignore[misc]
+        def incremental_assign(self, partitions: list) -> None:
+            assigned.append(len(partitions))
+            super().incremental_assign(partitions)
+
+    idle: dict = {}
+    monkeypatch.setattr(_kafka, "Consumer", Spy)
+    monkeypatch.setattr(_kafka, "_IDLE", idle)
+    # two slices of partition 0 (read one after the other), one slice of every other
+    slices = [Slice(topic, 0, 0, 2, False), Slice(topic, 0, 4, 6, True)]
+    slices += [Slice(topic, q, 1, 6, False) for q in range(1, 64)]
+    try:
+        rows = [r for b in read_slices(slices, _options(bs, topic), 100) for r in b.to_pylist()]
+    finally:
+        for consumer in idle.values():
+            consumer.close()
+    got = sorted((r["partition"], r["offset"], r["catchup"]) for r in rows)
+    want = [(0, 0, False), (0, 1, False), (0, 4, True), (0, 5, True)]
+    want += [(q, o, False) for q in range(1, 64) for o in range(1, 6)]
+    assert got == want
+    assert assigned[0] == 64  # all at once; then partition 0 again, for its second slice
+    assert assigned[1:] == [1]
+
+
+def test_fetcher_sees_partitions_and_log_ends(kafka_cluster, topic_factory, monkeypatch) -> None:
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(3)
     _produce(bs, topic, 40, partition=2)
     fetcher = OffsetFetcher(_options(bs, topic))
     try:
-        marks = fetcher.marks(refresh=True)
+        marks = fetcher.marks(refresh=True, lows=True)
         assert marks == {(topic, 0): Marks(0, 0), (topic, 1): Marks(0, 0), (topic, 2): Marks(0, 40)}
         _produce(bs, topic, 1, partition=0)
         assert fetcher.marks(refresh=True)[(topic, 0)] == Marks(0, 1)
@@ -120,23 +178,99 @@ def test_fetcher_sees_partitions_and_log_ends(kafka_cluster, topic_factory) -> N
         fetcher.close()
 
 
-def test_records_deleted_before_reading_are_data_loss(kafka_cluster, topic_factory) -> None:
-    if kafka_cluster.kind != "embedded":
-        pytest.skip("relies on the mock cluster's small per-partition retention")
-    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    # ~45k uncompressed 100-byte records fit a mock partition: push the first ones out.
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
-    for i in range(60_000):
-        p.produce(topic, value=b"x" * 100, partition=0)
-        if i % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(30) == 0
+def test_fetcher_asks_for_all_log_ends_at_once(kafka_cluster, topic_factory, monkeypatch) -> None:
+    """One ListOffsets per broker for all partitions (librdkafka groups offsets_for_times by
+    leader), not a watermark query per partition: 581 ms per planning call at 256 partitions."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(100)
+    _produce(bs, topic, 10, partition=7)
+    calls: list[int] = []
+    fetcher = OffsetFetcher(_options(bs, topic))
+    client = fetcher._client()
+    deadline = time.monotonic() + 60  # a real broker needs a few seconds to lead 100 new ones
+    while len(fetcher.offsets(fetcher.partitions(refresh=True), -1)) < 100:
+        assert time.monotonic() < deadline, "partitions without a leader"
+        time.sleep(0.5)
+
+    class Counting:
+        def __getattr__(self, name: str):
+            return getattr(client, name)
+
+        def offsets_for_times(self, partitions: list, timeout: float):
+            calls.append(len(partitions))
+            return client.offsets_for_times(partitions, timeout=timeout)
+
+        def get_watermark_offsets(self, *args, **kwargs):
+            raise AssertionError("a watermark query per partition")
+
+    monkeypatch.setattr(fetcher, "_client", lambda: Counting())
+    try:
+        marks = fetcher.marks(refresh=True, lows=True)  # log ends and log starts
+        assert len(marks) == 100 and marks[(topic, 7)] == Marks(0, 10)
+        assert calls == [100, 100]
+        fetcher.marks(refresh=True)  # a planning call: log ends only
+        assert calls == [100, 100, 100]
+    finally:
+        fetcher.close()
+
+
+def test_bench_counts_one_list_offsets_request_per_broker(kafka_cluster, topic_factory) -> None:
+    """The benchmark's planning figure, from librdkafka's own request counters (a smoke run
+    of spark_bench --scale without Spark)."""
+    from fastrebalance.tools.spark_bench import _await_leaders, measure_planning
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(200)
+    _await_leaders(bs, topic, 200)
+    took, per_broker = measure_planning(bs, topic, calls=3)
+    assert len(took) == 3 and all(t > 0 for t in took)
+    assert per_broker == [1]  # one broker in both test clusters
+
+
+def _delete_the_first_records(cluster, topic: str) -> int:
+    """Records at the start of partition 0 deleted; returns the new log start.
+
+    A real broker deletes them on request (DeleteRecords, as retention would); the mock has
+    no DeleteRecords but keeps only ~45k records per partition, so overflowing it does it.
+    """
+    bs = cluster.bootstrap_servers
+    if cluster.kind == "embedded":
+        p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+        for i in range(60_000):
+            p.produce(topic, value=b"x" * 100, partition=0)
+            if i % 10_000 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+    else:
+        _produce(bs, topic, 2000)
+        admin = AdminClient({"bootstrap.servers": bs})
+        for future in admin.delete_records([TopicPartition(topic, 0, 1500)]).values():
+            future.result(30)
     fetcher = OffsetFetcher(_options(bs, topic))
     low = fetcher.marks(refresh=True)[(topic, 0)].low
     fetcher.close()
-    assert low > 0
+    assert low > 100
+    return low
+
+
+def test_records_deleted_before_reading_are_data_loss(kafka_cluster, topic_factory) -> None:
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    low = _delete_the_first_records(kafka_cluster, topic)
     sl = Slice(topic, 0, 0, low + 10, True)
     with pytest.raises(DataLossError, match="deleted"):
         _read(sl, _options(bs, topic))
     rows = _read(sl, _options(bs, topic, failOnDataLoss="false"))
     assert [r["offset"] for r in rows] == list(range(low, low + 10))
+
+
+def test_a_slice_wholly_deleted_is_data_loss_too(kafka_cluster, topic_factory) -> None:
+    """Issue 19, item 4: a replayed batch whose records retention deleted in the meantime
+    finished without an error and without the records (the consumer jumped to the log start,
+    past the slice's end, and the read ended there as if done)."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    low = _delete_the_first_records(kafka_cluster, topic)
+    sl = Slice(topic, 0, 10, 60, True)
+    with pytest.raises(DataLossError, match=r"\[10, 60\) were deleted"):
+        _read(sl, _options(bs, topic))
+    assert _read(sl, _options(bs, topic, failOnDataLoss="false")) == []
+    # and a slice that ends exactly at the log start
+    with pytest.raises(DataLossError, match="deleted"):
+        _read(Slice(topic, 0, low - 5, low, False), _options(bs, topic))

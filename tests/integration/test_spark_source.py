@@ -8,6 +8,7 @@ first run instead of counting twice, which is the at-least-once Spark itself pro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -26,7 +28,8 @@ pytest.importorskip("pyarrow")
 if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
     pytest.skip("Spark needs a Java runtime", allow_module_level=True)
 
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -118,7 +121,9 @@ class FreshProducer(threading.Thread):
     def run(self) -> None:
         while not self.halt.is_set():
             self.producer.produce(
-                self.topic, value=f"fresh-{self.sent}".encode(), partition=self.sent % 4
+                self.topic,
+                value=f"fresh-{self.sent}".encode(),
+                partition=self.sent % self.partitions,
             )
             self.producer.poll(0)
             self.sent += 1
@@ -201,6 +206,251 @@ def test_end_to_end_parquet_sink_and_admission_control(
     out = spark.read.parquet(output)
     assert out.count() == 3600
     assert out.groupBy("partition", "offset").count().where("count > 1").count() == 0
+
+
+def test_new_query_from_latest_on_a_busy_topic_loses_nothing(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, items 1 and 7: Spark asks for the initial offset twice for batch 0, and the
+    log ends move in between; Trigger.AvailableNow fetches its target before either. Each
+    run must end cleanly, and together they must hold every record from the first one on."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    produce(bs, topic, 4, 400, "old")  # before the query: startingOffsets=latest skips them
+    recorder = Recorder()
+
+    def run() -> None:
+        q = (
+            reader(spark, bs, topic, startingOffsets="latest")
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
+        assert q.exception() is None, q.exception()
+
+    fresh = FreshProducer(bs, topic, 4)
+    fresh.start()
+    try:
+        for _ in range(3):
+            run()
+    finally:
+        fresh.stop()
+    run()  # the rest, after the producer stopped
+    rows = recorder.rows()
+    assert rows and not [r for r in rows if r.tag == "old"]
+    for p in range(4):
+        got = sorted(r.offset for r in rows if r.partition == p)
+        high = 100 + len(range(p, fresh.sent, 4))
+        assert got == list(range(got[0], high)), f"partition {p}: a gap or a duplicate"
+
+
+def test_default_trigger_new_query_reads_live_and_topics_that_appear(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """The default trigger, a new query from latest: the records already there are skipped,
+    the ones produced after the start are read, and a subscribed topic created during the run
+    is read from its first offset (Spark's Kafka source reads new partitions from earliest)."""
+    bs, first = kafka_cluster.bootstrap_servers, topic_factory(2)
+    late = f"t-{uuid4().hex[:10]}"
+    produce(bs, first, 2, 100, "old")
+    recorder = Recorder()
+    q = (
+        spark.readStream.format("fastrebalance")
+        .option("kafka.bootstrap.servers", bs)
+        .option("subscribe", f"{first},{late}")
+        .option("kafka.fetch.wait.max.ms", "10")
+        .load()
+        .writeStream.foreachBatch(recorder)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        wait_until(lambda: 0 in recorder.batches, 60, "batch 0")  # the start is fixed
+        produce(bs, first, 2, 40, "new")
+        kafka_cluster.create_topic(late, 2)
+        produce(bs, late, 2, 30, "late")
+        wait_until(lambda: recorder.count("late") >= 30, 60, "the topic created during the run")
+        wait_until(lambda: recorder.count("new") >= 40, 30, "the records produced after start")
+    finally:
+        q.stop()
+    assert q.exception() is None
+    offsets = {tag: sorted((r.partition, r.offset) for r in recorder.rows() if r.tag == tag)
+               for tag in ("old", "new", "late")}  # fmt: skip
+    assert offsets == {
+        "old": [],
+        "new": [(p, o) for p in range(2) for o in range(50, 70)],
+        "late": [(p, o) for p in range(2) for o in range(15)],
+    }
+
+
+def test_trigger_once_runs_read_the_backlog_too(spark, kafka_cluster, topic_factory, tmp_path):
+    """Issue 19, item 2: every Trigger.Once run is a restart. It skipped a backlog above
+    catchup.threshold and, with no live record, planned no batch: the job never caught up."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    recorder = Recorder()
+
+    def run() -> None:
+        q = (
+            reader(spark, bs, topic, catchup_threshold=1000)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(once=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "Trigger.Once did not finish"
+        assert q.exception() is None, q.exception()
+
+    produce(bs, topic, 2, 200, "old")
+    run()
+    produce(bs, topic, 2, 6000, "backlog")  # 3000 per partition: above the threshold
+    run()
+    assert_each_offset_once(recorder, {0: 3100, 1: 3100})
+    assert len(recorder.batches) == 2
+
+
+def test_available_now_ends_when_a_subscribed_topic_appears_during_the_run(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, item 3: a topic (or partition) that appeared during an AvailableNow run was
+    read to its live end in every batch, so the run never ended. Spark's Kafka source fixes
+    the target when the run starts; the next run reads the newcomer from its first offset."""
+    bs, first = kafka_cluster.bootstrap_servers, topic_factory(2)
+    late = f"t-{uuid4().hex[:10]}"
+    produce(bs, first, 2, 4000, "old")
+    busy = FreshProducer(bs, late, 2)
+    batches: dict[str, list[int]] = {}
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        for r in df.select("topic", "offset").collect():
+            batches.setdefault(r.topic, []).append(r.offset)
+        if batch_id == 0:
+            kafka_cluster.create_topic(late, 2)
+            busy.start()
+            time.sleep(6)  # the driver lists partitions every 5 s: let it see the topic
+
+    def run() -> None:
+        q = (
+            spark.readStream.format("fastrebalance")
+            .option("kafka.bootstrap.servers", bs)
+            .option("subscribe", f"{first},{late}")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 1000)
+            .option("kafka.fetch.wait.max.ms", "10")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        ended = q.awaitTermination(90)
+        if not ended:
+            q.stop()
+        assert ended, "Trigger.AvailableNow did not end"
+        assert q.exception() is None, q.exception()
+
+    try:
+        run()
+        assert late not in batches, "read a topic that appeared after the run's target"
+    finally:
+        busy.stop()
+    run()
+    assert sorted(batches[first]) == sorted(list(range(2000)) * 2)
+    assert sorted(batches[late]) == sorted(
+        [o for p in range(2) for o in range(len(range(p, busy.sent, 2)))]
+    )
+
+
+def test_batch_read_for_a_backfill(spark, kafka_cluster, topic_factory):
+    """spark.read: a bounded range once, with endingOffsets, includeHeaders, minPartitions."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(300):
+        p.produce(topic, value=f"v{i}".encode(), partition=i % 2, headers=[("n", str(i).encode())])
+    assert p.flush(30) == 0
+    df = (
+        spark.read.format("fastrebalance")
+        .option("kafka.bootstrap.servers", bs)
+        .option("subscribe", topic)
+        .option("endingOffsets", json.dumps({topic: {"0": 100, "1": -1}}))
+        .option("includeHeaders", "true")
+        .option("minPartitions", 4)
+        .load()
+    )
+    assert df.rdd.getNumPartitions() >= 4
+    rows = df.select("partition", "offset", "value", "headers", "catchup").collect()
+    got = sorted((r.partition, r.offset) for r in rows)
+    assert got == [(0, o) for o in range(100)] + [(1, o) for o in range(150)]
+    first = next(r for r in rows if (r.partition, r.offset) == (1, 7))
+    assert first.value == b"v15" and [(h.key, h.value) for h in first.headers] == [("n", b"15")]
+    assert not any(r.catchup for r in rows)
+
+
+def test_stream_by_subscribe_pattern_and_by_assign(spark, kafka_cluster, tmp_path):
+    prefix = f"pat-{uuid4().hex[:8]}"
+    bs = kafka_cluster.bootstrap_servers
+    for name in ("a", "b"):
+        kafka_cluster.create_topic(f"{prefix}-{name}", 2)
+        produce(bs, f"{prefix}-{name}", 2, 200, name)
+    kafka_cluster.create_topic(f"{prefix}x-c", 1)  # the whole name must match
+
+    def run(name: str, **options: str) -> list[tuple[str, int, int]]:
+        got: list[tuple[str, int, int]] = []
+        r = (
+            spark.readStream.format("fastrebalance")
+            .option("kafka.bootstrap.servers", bs)
+            .option("startingOffsets", "earliest")
+            .option("kafka.fetch.wait.max.ms", "10")
+        )
+        for key, value in options.items():
+            r = r.option(key, value)
+        q = (
+            r.load()
+            .writeStream.foreachBatch(
+                lambda df, _: got.extend(
+                    (x.topic, x.partition, x.offset)
+                    for x in df.select("topic", "partition", "offset").collect()
+                )
+            )
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120) and q.exception() is None
+        return sorted(got)
+
+    by_pattern = run("pattern", subscribePattern=f"{prefix}-.*")
+    assert by_pattern == [
+        (f"{prefix}-{t}", p, o) for t in ("a", "b") for p in range(2) for o in range(100)
+    ]
+    by_assign = run("assign", assign=json.dumps({f"{prefix}-a": [1]}))
+    assert by_assign == [(f"{prefix}-a", 1, o) for o in range(100)]
+
+
+def test_starting_timestamp(spark, kafka_cluster, topic_factory):
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("the mock cluster answers every ListOffsets by timestamp with -1")
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 2, 100, "before")
+    time.sleep(0.05)
+    at = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(bs, topic, 2, 60, "after")
+
+    def read(**options: str) -> Any:
+        r = spark.read.format("fastrebalance").option("kafka.bootstrap.servers", bs)
+        for key, value in {"subscribe": topic, **options}.items():
+            r = r.option(key, value)
+        return r.load()
+
+    rows = read(startingTimestamp=str(at)).select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [
+        (p, o) for p in range(2) for o in range(50, 80)
+    ]
+    with pytest.raises(Exception, match="has no record at or after timestamp"):
+        read(startingTimestamp=str(at + 3_600_000)).collect()
+    later = read(startingTimestamp=str(at + 3_600_000), startingOffsetsByTimestampStrategy="latest")
+    assert later.count() == 0
 
 
 def _restart_scenario(
@@ -348,39 +598,139 @@ def test_restart_without_catchup_reads_fresh_records_after_the_backlog(
     print(f"baseline: first fresh record {recorder.arrived[first] - restarted:.2f}s after restart")
 
 
+def test_processing_time_restart_batch_does_not_wait_an_interval(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, item 5: the restart batch answered "no new data" until a live record came,
+    and under processingTime Spark asks again only at the next tick: with a 20-second
+    trigger the first fresh record reached the sink 20.7 s after the restart."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    checkpoint, recorder = str(tmp_path / "ck"), Recorder()
+
+    def start(**trigger: Any) -> Any:
+        return (
+            reader(spark, bs, topic, catchup_threshold=1000)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    produce(bs, topic, 4, 400, "old")
+    assert start(availableNow=True).awaitTermination(120)
+    produce(bs, topic, 4, 20_000, "backlog")
+    fresh = FreshProducer(bs, topic, 4)
+    fresh.start()
+    restarted = time.monotonic()
+    q = start(processingTime="60 seconds")
+    try:
+        wait_until(lambda: recorder.count("fresh") > 0, 40, "a fresh record in the sink")
+    finally:
+        q.stop()
+        fresh.stop()
+    first = min(b for b, rows in recorder.batches.items() if any(r.tag == "fresh" for r in rows))
+    assert recorder.arrived[first] - restarted < 40  # the next tick is 60 s away
+    assert not any(r.catchup for r in recorder.batches[first])
+
+
 def test_available_now_after_restart_drains_the_whole_backlog(
     spark, kafka_cluster, topic_factory, tmp_path
 ):
+    """A streaming run stopped mid-catch-up leaves pending ranges in its checkpoint; an
+    AvailableNow run then drains them (as backlog, in chunks) and reads a new backlog in
+    order, as Spark's Kafka source does (there is no live record to put first: its target is
+    the log end when it began), and ends with nothing pending."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
     checkpoint = tmp_path / "ck"
     recorder = Recorder()
+    slow = {**CATCHUP, "catchup_maxOffsetsPerTrigger": 1000, "catchup_chunkSize": 500}
 
-    def run() -> Any:
-        q = (
-            reader(spark, bs, topic, **CATCHUP)
+    def start(**trigger: Any) -> Any:
+        return (
+            reader(spark, bs, topic, **slow)
             .writeStream.foreachBatch(recorder)
             .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
+            .trigger(**trigger)
             .start()
         )
-        assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
-        assert q.exception() is None
+
+    produce(bs, topic, 2, 200, "old")
+    assert start(availableNow=True).awaitTermination(120)
+    produce(bs, topic, 2, 12_000, "backlog")
+    fresh = FreshProducer(bs, topic, 2)
+    fresh.start()
+    q = start(processingTime="200 milliseconds")
+    try:
+        wait_until(lambda: recorder.count("backlog") >= 2000, 120, "the catch-up to start")
+    finally:
+        q.stop()
+        fresh.stop()
+    assert recorder.count("backlog") < 12_000, "drained before the stop: nothing left to test"
+    left = json.loads(q.lastProgress["sources"][0]["endOffset"])
+    assert any(isinstance(v, list) for v in left[topic].values()), left
+    before = max(recorder.batches)
+    produce(bs, topic, 2, 4000, "more")  # above catchup.threshold: a restart backlog
+    q = start(availableNow=True)
+    assert q.awaitTermination(120), "Trigger.AvailableNow did not finish"
+    assert q.exception() is None
+    highs = {p: 100 + 6000 + len(range(p, fresh.sent, 2)) + 2000 for p in range(2)}
+    assert_each_offset_once(recorder, highs)
+    rows = recorder.rows(after=before)
+    assert {r.catchup for r in rows if r.tag == "more"} == {False}  # in order
+    assert {r.catchup for r in rows if r.tag == "backlog"} == {True}  # the pending ranges
+    # the last offset Spark logged holds no pending range: nothing is left behind
+    logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    last = json.loads(logs[-1].read_text().splitlines()[-1])
+    assert last == {topic: {str(p): highs[p] for p in range(2)}}
+
+
+def test_a_replayed_batch_whose_records_were_deleted_fails_the_query(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Issue 19, item 4: the driver died inside a batch, retention then deleted its records,
+    and the replay finished without them and without an error. failOnDataLoss=true (the
+    default) must fail the query, as Spark's Kafka source does; false goes on without them."""
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("the mock cluster has no DeleteRecords, and its size-capped retention"
+                    " cannot be aimed at the records of one logged batch")  # fmt: skip
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    checkpoint, recorder = tmp_path / "ck", Recorder()
+
+    def run(**options: Any) -> Any:
+        q = (
+            reader(spark, bs, topic, **options)
+            .writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(once=True)
+            .start()
+        )
+        with contextlib.suppress(Exception):  # its error is checked through q.exception()
+            q.awaitTermination(120)
         return q
 
     produce(bs, topic, 2, 200, "old")
-    run()
-    before = max(recorder.batches)
-    produce(bs, topic, 2, 12_000, "backlog")
-    q = run()
-    # the pending ranges show in the query progress, for whoever watches the catch-up
-    ends = [json.loads(p["sources"][0]["endOffset"]) for p in q.recentProgress]
-    assert any(isinstance(e[topic]["0"], list) for e in ends), ends
-    assert_each_offset_once(recorder, {0: 6100, 1: 6100})
-    rows = recorder.rows(after=before)
-    assert {r.catchup for r in rows if r.tag == "backlog"} == {True}
-    # the last offset Spark logged holds no pending range: nothing is left behind
-    logs = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
-    assert logs[-1].read_text().splitlines()[-1] == f'{{"{topic}": {{"0": 6100, "1": 6100}}}}'
+    assert run().exception() is None
+    produce(bs, topic, 2, 4000, "backlog")
+    assert run().exception() is None
+    batch = _forget_last_commit(checkpoint, max(recorder.batches))  # died inside the batch
+    first = sorted((r.partition, r.offset) for r in recorder.batches[batch])
+    assert first == [(p, o) for p in range(2) for o in range(100, 2100)]
+    produce(bs, topic, 2, 400, "later")
+    admin = AdminClient({"bootstrap.servers": bs})  # the batch's whole range, as a segment
+    deleted = admin.delete_records([TopicPartition(topic, p, 2100) for p in range(2)])
+    for future in deleted.values():
+        future.result(30)
+
+    failed = run()
+    assert failed.exception() is not None, "the replay lost records without an error"
+    assert "[100, 2100) were deleted" in str(failed.exception())
+    assert len(recorder.attempts[batch]) == 1, "the failed replay reached the sink"
+    assert run(failOnDataLoss="false").exception() is None
+    assert recorder.attempts[batch][-1] == []  # replayed, without the records that are gone
+    assert run().exception() is None  # and the query goes on from there
+    assert sorted(r.offset for r in recorder.batches[batch + 1]) == sorted(
+        list(range(2100, 2300)) * 2
+    )
 
 
 def test_crash_mid_catchup_replays_the_same_batch_and_loses_nothing(

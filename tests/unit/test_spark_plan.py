@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -239,7 +240,11 @@ def test_nothing_new_gives_back_an_equal_offset() -> None:
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("produce"), st.integers(0, 2), st.integers(1, 400)),
-        st.tuples(st.just("batch"), st.one_of(st.none(), st.integers(1, 300))),
+        # a batch, with a read limit or none; True: a restart batch with no live record to
+        # hold back carries backlog (drain_on_restart)
+        st.tuples(
+            st.just("batch"), st.one_of(st.none(), st.integers(1, 300)), st.booleans()
+        ),
         st.tuples(st.just("restart"), st.integers(0, 200)),
         st.tuples(st.just("crash_mid_batch"), st.just(0)),
         st.tuples(st.just("budget"), st.integers(1, 400)),  # the adaptive budget moved
@@ -264,7 +269,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
     delivered: dict[tuple[str, int], list[int]] = {tp: [] for tp in parts}
     restart_ends: dict = {}
 
-    def run_batch(fresh_limit: int | None, *, deliver: bool) -> None:
+    def run_batch(fresh_limit: int | None, *, deliver: bool, drain: bool = False) -> None:
         nonlocal offset
         assert budget >= 1
         marks = {tp: Marks(0, high[tp]) for tp in parts}
@@ -275,6 +280,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
             fresh_limit=fresh_limit,
             catchup_budget=budget,
             chunk_size=chunk,
+            drain_on_restart=drain,
         )
         assert (
             plan_end(
@@ -284,6 +290,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
                 fresh_limit=fresh_limit,
                 catchup_budget=budget,
                 chunk_size=chunk,
+                drain_on_restart=drain,
             ).end
             == plan.end
         )
@@ -298,10 +305,13 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
         backlog = [s for s in slices if s.catchup]
         assert all(s.size <= chunk for s in backlog)
         assert sum(s.size for s in backlog) <= budget
-        if plan.restarted:
+        if plan.restarted and not drain:
             assert not backlog, "the first batch after a restart carries backlog"
         if fresh_limit is not None:
-            assert sum(s.size for s in slices if not s.catchup) <= fresh_limit
+            # a restart batch that drains reads the first part of the skipped backlog in order
+            # (it holds no live record to put first): that part counts under the budget
+            extra = budget if plan.restarted and drain else 0
+            assert sum(s.size for s in slices if not s.catchup) <= fresh_limit + extra
         if deliver:
             for s in slices:
                 delivered[(s.topic, s.partition)].extend(range(s.start, s.end))
@@ -311,7 +321,7 @@ def test_model_every_record_once_and_backlog_never_in_the_restart_batch(
         if step[0] == "produce":
             high[parts[step[1]]] += step[2]
         elif step[0] == "batch":
-            run_batch(step[1], deliver=True)
+            run_batch(step[1], deliver=True, drain=step[2])
         elif step[0] == "restart":
             marks = {tp: Marks(0, high[tp]) for tp in parts}
             restart_ends = detect_restart(offset, marks, step[1]) if catchup else {}
@@ -342,7 +352,7 @@ def test_options_follow_spark_names_case_insensitively() -> None:
             "startingOffsets": '{"a": {"0": -2}, "b": {"0": 5}}',
         }
     )
-    assert opts.topics == ("a", "b")
+    assert opts.subscription.topics == ("a", "b")
     assert opts.max_offsets_per_trigger == 500
     assert opts.chunk_size == 7
     assert opts.starting.specific == {("a", 0): -2, ("b", 0): 5}
@@ -376,11 +386,28 @@ def test_required_options() -> None:
 
 # -- the reader's per-run logic, with a fake Kafka (needs pyspark only to import) --------------
 class FakeFetcher:
+    """Log ends as the test sets them; ``live`` records arrive per fresh fetch after ``after``."""
+
     def __init__(self, highs: dict[int, int]) -> None:
         self.highs = highs
+        self.live, self.after, self.fetches = 0, 1, 0
 
-    def marks(self, refresh: bool = False) -> dict:
+    def marks(self, refresh: bool = False, lows: bool = False) -> dict:
+        if refresh:
+            self.fetches += 1
+            if self.fetches > self.after:
+                for p in self.highs:
+                    self.highs[p] += self.live
         return {(T, p): Marks(0, h) for p, h in self.highs.items()}
+
+    def topics(self) -> dict:
+        return {T: sorted(self.highs)}
+
+    def partitions(self) -> list:
+        return [(T, p) for p in sorted(self.highs)]
+
+    def offsets_for_times(self, stamps: dict) -> dict:
+        return {tp: ts if ts < self.highs[tp[1]] else -1 for tp, ts in stamps.items()}
 
     def close(self) -> None:
         pass
@@ -388,7 +415,7 @@ class FakeFetcher:
 
 def make_reader(highs: dict[int, int], **extra: str):
     pytest.importorskip("pyspark", minversion="4.2")
-    from fastrebalance.spark._source import FastRebalanceStreamReader
+    from fastrebalance.spark._stream import FastRebalanceStreamReader
 
     options = {"kafka.bootstrap.servers": "h:1", "subscribe": T, "catchup.threshold": "100"}
     reader = FastRebalanceStreamReader(parse_options({**options, **extra}))
@@ -398,37 +425,119 @@ def make_reader(highs: dict[int, int], **extra: str):
 
 
 def all_rows():
+    """The limit Spark passes to every trigger but Once when maxOffsetsPerTrigger is unset."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from fastrebalance.spark._stream import NO_LIMIT
+
+    return ReadMaxRows(NO_LIMIT)
+
+
+def once():
+    """The limit Spark passes under Trigger.Once, whatever the source's default."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     return ReadAllAvailable()
 
 
-def test_reader_restart_waits_for_a_live_record_then_plans_live_only() -> None:
+def test_reader_restart_waits_in_place_for_a_live_record_then_plans_live_only() -> None:
+    """Issue 19, item 5: the restart batch used to answer "no new data" until a live record
+    came, and under a processingTime trigger Spark asks again only an interval later (the
+    first fresh record reached the sink 20.7 s after a restart with a 20-second trigger)."""
     reader, kafka = make_reader({0: 1000})
+    kafka.live, kafka.after = 10, 3  # the first live records land during the third poll
     start = {T: {"0": 0}}  # restored from a checkpoint: this reader never served it
-    assert reader.latestOffset(start, all_rows()) is start  # nothing live yet: no batch
-    kafka.highs[0] = 1010
     end = reader.latestOffset(start, all_rows())
     assert end == {T: {"0": [1010, [0, 1000]]}}
-    (task,) = reader.partitions(start, end)
+    task, warm = reader.partitions(start, end)
     assert task.slices == (Slice(T, 0, 1000, 1010, False),)
+    assert warm.slices == ()  # starts a worker for the backlog task of the next batch
     # the next batch drains backlog, in chunks, under the budget
+    kafka.live = 0
     nxt = reader.latestOffset(end, all_rows())
     chunks = [s for t in reader.partitions(end, nxt) for s in t.slices if s.catchup]
     assert [(s.start, s.end) for s in chunks] == [(0, 1000)]
 
 
-def test_reader_restart_without_live_records_goes_ahead_after_the_wait() -> None:
-    reader, _ = make_reader({0: 1000}, **{"catchup.firstBatchWaitMs": "0"})
+def test_reader_restart_without_live_records_carries_backlog_after_the_wait() -> None:
+    """Nothing fresh to hold back: the restart batch starts the backlog rather than cost a
+    batch (and, under a processingTime trigger, an interval) for nothing."""
+    reader, _ = make_reader({0: 1000}, **{"catchup.firstBatchWaitMs": "50"})
     start = {T: {"0": 0}}
-    assert reader.latestOffset(start, all_rows()) == {T: {"0": [1000, [0, 1000]]}}
+    began = time.monotonic()
+    end = reader.latestOffset(start, all_rows())
+    assert time.monotonic() - began >= 0.05
+    assert end == {T: {"0": 1000}}
+    (task,) = reader.partitions(start, end)  # all of it, in order: like catch-up off
+    assert task.slices == (Slice(T, 0, 0, 1000, False),)
+    # a backlog over the budget: the rest stays pending, the first part is read in chunks
+    reader, _ = make_reader({0: 2_000_000}, **{"catchup.firstBatchWaitMs": "0"})
+    end = reader.latestOffset(start, all_rows())
+    assert end == {T: {"0": [2_000_000, [500_000, 2_000_000]]}}
+    sizes = [s.size for t in reader.partitions(start, end) for s in t.slices]
+    assert sizes == [125_000] * 4
 
 
 def test_reader_new_query_reads_in_order_from_its_starting_offsets() -> None:
     reader, _ = make_reader({0: 1000}, startingOffsets="earliest")
     start = reader.initialOffset()
-    assert start == {T: {"0": 0}}
-    assert reader.latestOffset(start, all_rows()) == {T: {"0": 1000}}
+    end = reader.latestOffset(start, all_rows())
+    assert decode_offset(end) == {(T, 0): pos(1000)}
+    (task,) = reader.partitions(start, end)
+    assert task.slices == (Slice(T, 0, 0, 1000, False),)
+
+
+def _batch_zero(reader, initial: dict, end: dict) -> list[Slice]:
+    return [s for t in reader.partitions(initial, end) for s in t.slices]
+
+
+@pytest.mark.parametrize("starting", ["latest", "earliest", '{"orders": {"0": 40, "1": -1}}'])
+def test_initial_offset_is_one_answer_for_every_call_and_every_driver(starting: str) -> None:
+    """Spark asks for the initial offset to plan batch 0, again to run it, and again on a new
+    driver that replays batch 0 after a crash; the log ends move meanwhile (issue 19, items 1
+    and 7: records that arrived between the calls were never read)."""
+    reader, kafka = make_reader({0: 100, 1: 100}, startingOffsets=starting)
+    initial = reader.initialOffset()
+    end = reader.latestOffset(initial, all_rows())  # batch 0 planned and logged
+    first_run = _batch_zero(reader, initial, end)
+    kafka.highs.update({0: 150, 1: 160})  # records keep arriving
+    again = reader.initialOffset()  # Spark runs batch 0: asks again
+    assert again == initial
+    assert _batch_zero(reader, again, end) == first_run
+    # the driver dies before batch 0 commits; a new one replays batch 0 from the logged end
+    replay, _ = make_reader({0: 190, 1: 200}, startingOffsets=starting)
+    assert replay.initialOffset() == initial
+    assert _batch_zero(replay, replay.initialOffset(), end) == first_run
+    # and batch 1 continues where batch 0 ended: every record from the start on, once
+    nxt = replay.latestOffset(end, all_rows())
+    later = [s for t in replay.partitions(end, nxt) for s in t.slices]
+    read = {p: [] for p in (0, 1)}
+    for s in first_run + later:
+        read[s.partition].extend(range(s.start, s.end))
+    begin = {"latest": {0: 100, 1: 100}, "earliest": {0: 0, 1: 0}}.get(starting, {0: 40, 1: 100})
+    assert read == {p: list(range(begin[p], {0: 190, 1: 200}[p])) for p in (0, 1)}
+
+
+def test_a_batch_zero_logged_by_an_older_version_is_still_replayed() -> None:
+    """Its end offset has no @from: the start is resolved again when it is replayed, as the
+    older version did, rather than reading nothing."""
+    reader, _ = make_reader({0: 150}, startingOffsets="earliest")
+    initial = reader.initialOffset()
+    legacy = _batch_zero(reader, initial, {T: {"0": 100}})
+    assert legacy == [Slice(T, 0, 0, 100, False)]
+    assert _batch_zero(reader, initial, {T: {"0": 100}, "@from": {}}) == []
+
+
+def test_available_now_new_query_from_latest_reports_no_false_loss() -> None:
+    """The target is fetched before the initial offset is resolved; a busy topic's log end has
+    moved on by then (issue 19, item 7: "log end 359 is below the next offset 361")."""
+    reader, kafka = make_reader({0: 359}, startingOffsets="latest")
+    reader.prepareForTriggerAvailableNow()
+    kafka.highs[0] = 361
+    initial = reader.initialOffset()
+    end = reader.latestOffset(initial, all_rows())
+    assert decode_offset(end) == {(T, 0): pos(359)}
+    assert reader.latestOffset(end, all_rows()) == end  # nothing past the target: the run ends
 
 
 def test_reader_available_now_stops_at_the_target_after_draining() -> None:
@@ -449,19 +558,68 @@ def test_reader_available_now_stops_at_the_target_after_draining() -> None:
     assert sum(s.size for s in seen) == 300 and max(s.end for s in seen) == 300
 
 
-def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
-    from fastrebalance.spark import _source
+def test_trigger_once_after_a_restart_reads_the_backlog_too() -> None:
+    """Issue 19, item 2: each Trigger.Once run is a restart; it skipped the backlog and, with
+    no live record to wait for, planned no batch at all, so a periodic job never caught up."""
+    reader, _ = make_reader({0: 30_000, 1: 200}, **{"catchup.maxOffsetsPerTrigger": "1000"})
+    start = {T: {"0": [100, [0, 50]], "1": 100}}  # a pending range from an earlier run
+    end = reader.latestOffset(start, once())
+    assert end == {T: {"0": 30_000, "1": 200}}
+    slices = [s for t in reader.partitions(start, end) for s in t.slices]
+    read = sorted((s.partition, s.start, s.end) for s in slices)
+    assert read == [(0, 0, 50), (0, 100, 30_000), (1, 100, 200)]
+
+
+def test_available_now_ignores_partitions_that_appear_during_the_run() -> None:
+    """Issue 19, item 3: a partition (or a subscribed topic) that appeared after the target
+    was fixed was read to its live end in every batch, and the run never ended."""
+    reader, kafka = make_reader({0: 500}, **{"catchup.maxOffsetsPerTrigger": "100"})
+    reader.prepareForTriggerAvailableNow()
+    offset: dict = {T: {"0": [500, [0, 300]]}}
+    for batch in range(20):
+        kafka.highs[1] = 100 * (batch + 1)  # a new partition, busy, keeps growing
+        end = reader.latestOffset(offset, all_rows())
+        if end == offset:
+            break
+        slices = [s for t in reader.partitions(offset, end) for s in t.slices]
+        assert all(s.partition == 0 for s in slices), slices
+        offset = end
+    else:
+        raise AssertionError("Trigger.AvailableNow never ended")
+    assert decode_offset(offset) == {(T, 0): pos(500)}
+    # the next run's target includes it: read from its first offset on
+    nxt, kafka = make_reader(dict(kafka.highs))
+    nxt.prepareForTriggerAvailableNow()
+    end = nxt.latestOffset(offset, all_rows())
+    assert decode_offset(end)[(T, 1)] == pos(0)
+
+
+def test_plan_under_a_target_leaves_unnamed_partitions_alone() -> None:
+    start = {(T, 0): pos(10), (T, 1): pos(5)}
+    marks = {(T, 0): Marks(0, 50), (T, 1): Marks(0, 50), (T, 2): Marks(0, 50)}
+    plan = plan_end(start, marks, target={(T, 0): 40})
+    assert plan.end == {(T, 0): pos(40), (T, 1): pos(5)}
+
+
+def _timed_reader(monkeypatch, highs: dict[int, int], **options: str):
+    """A reader on a fake clock; each planning call says how long the previous batch took."""
+    from fastrebalance.spark import _stream
 
     clock = [1000.0]
-    monkeypatch.setattr(_source.time, "monotonic", lambda: clock[0])
-    options = {"catchup.chunkSize": "100000", "catchup.firstBatchWaitMs": "0"}
-    reader, _ = make_reader({0: 2_000_000}, **options)
+    monkeypatch.setattr(_stream.time, "monotonic", lambda: clock[0])
+    reader, kafka = make_reader(highs, **{"catchup.chunkSize": "100000", **options})
+    kafka.live = 10  # a live record comes while the restart batch waits: it is live only
 
     def drained(start: dict, seconds: float) -> tuple[dict, int]:
-        clock[0] += seconds  # the previous batch ran this long
+        clock[0] += seconds  # since the previous planning call
         end = reader.latestOffset(start, all_rows())
         return end, pending_count(decode_offset(start)) - pending_count(decode_offset(end))
 
+    return drained
+
+
+def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
+    drained = _timed_reader(monkeypatch, {0: 2_000_000})
     offset, n = drained({T: {"0": 0}}, 0)  # the restart batch: live only
     assert n == -2_000_000
     offset, n = drained(offset, 1.0)
@@ -471,15 +629,32 @@ def test_reader_sizes_backlog_batches_by_their_duration(monkeypatch) -> None:
     offset, n = drained(offset, 40.0)
     assert n == 250_000  # 1,000,000 took 40 s
     # a backlog just over the budget is read in one batch, not with a tail batch of crumbs
-    reader, _ = make_reader({0: 600_000}, **options)
+    drained = _timed_reader(monkeypatch, {0: 600_000})
     offset, _ = drained({T: {"0": 0}}, 0)
     assert drained(offset, 1.0)[1] == 600_000
     # a budget the user set is a fixed cap, however fast the batches go
-    reader, _ = make_reader({0: 2_000_000}, **options, **{"catchup.maxOffsetsPerTrigger": "300000"})
+    fixed = {"catchup.maxOffsetsPerTrigger": "300000"}
+    drained = _timed_reader(monkeypatch, {0: 2_000_000}, **fixed)
     offset, _ = drained({T: {"0": 0}}, 0)
     for _ in range(3):
         offset, n = drained(offset, 0.5)
         assert n == 300_000
+
+
+def test_reader_budget_is_not_shrunk_by_a_processing_time_interval(monkeypatch) -> None:
+    """Issue 19, item 6: under processingTime="20 seconds" the time from planning a batch to
+    the next planning call is the interval, however fast the batch ran; scaling by it cut the
+    budget from 500,000 to 250,009, then 149,999, down to one chunk per trigger."""
+    drained = _timed_reader(monkeypatch, {0: 10_000_000})
+    offset, n = drained({T: {"0": 0}}, 0)  # the restart batch, at a tick
+    offset, n = drained(offset, 20.0)  # the next tick: the first backlog batch
+    assert n == 500_000
+    for _ in range(3):  # each ran a few seconds, then Spark waited for the next tick
+        offset, n = drained(offset, 20.0)
+        assert n == 500_000
+    offset, n = drained(offset, 50.0)  # this one overran the interval: it ran 50 s
+    offset, n = drained(offset, 20.0)
+    assert n == 100_000  # 500,000 in 50 s, aiming at 10 s
 
 
 def test_reader_default_read_limit_and_pickling() -> None:
@@ -489,7 +664,8 @@ def test_reader_default_read_limit_and_pickling() -> None:
 
     reader, _ = make_reader({0: 1}, maxOffsetsPerTrigger="70")
     assert reader.getDefaultReadLimit() == ReadMaxRows(70)
-    assert make_reader({0: 1})[0].getDefaultReadLimit() == ReadAllAvailable()
+    # never ReadAllAvailable: that is how Trigger.Once is told apart
+    assert make_reader({0: 1})[0].getDefaultReadLimit() == all_rows() != ReadAllAvailable()
     clone = pickle.loads(pickle.dumps(reader))  # what Spark ships to executors
     assert clone.options == reader.options and clone._restart_ends is None
 
@@ -508,6 +684,26 @@ def test_every_option_is_documented_with_its_default() -> None:
     for key, (default, _meaning) in OPTIONS.items():
         assert key in rows, f"option {key} missing from docs/spark.md"
         assert rows[key] == default, f"{key}: documented {rows[key]!r}, code {default!r}"
+
+
+def test_every_row_of_the_trigger_table_names_tests_that_exist() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    text = (root / "docs" / "spark.md").read_text()
+    table = text[text.index("### Triggers") : text.index("### Crashes and replays")]
+    rows = [line for line in table.splitlines() if line.startswith(("| `", "| default"))]
+    assert len(rows) >= 9
+    defined = {
+        m.group(1)
+        for f in (root / "tests").rglob("test_spark_*.py")
+        for m in re.finditer(r"^def (test_\w+)", f.read_text(), re.MULTILINE)
+    }
+    for row in rows:
+        named = re.findall(r"`(test_\w+)`", row)
+        assert named, f"no test for: {row[:60]}"
+        assert set(named) <= defined, set(named) - defined
 
 
 def test_arrow_batches_match_the_declared_spark_schema() -> None:
