@@ -123,8 +123,12 @@ class SparkChaosSettings:
     master: str = "local[2]"
     #: the triggers' phases side by side (each has its own topic, driver and random stream)
     parallel: bool = False
-    life_cap_s: float = 90.0  #: a life whose kill never came is killed from outside then
-    drain_timeout_s: float = 120.0  #: a drain with no new sink file this long ends
+    #: a life whose kill never came is killed from outside then (a safety net: a life on a
+    #: 2-core machine shared with other Spark jobs took up to 170 s)
+    life_cap_s: float = 300.0
+    #: a processingTime drain with no new sink file this long ends; a once/availableNow
+    #: drain run is killed after twice this
+    drain_timeout_s: float = 300.0
     bootstrap_servers: str | None = None  #: None: start an embedded cluster
     workdir: Path | None = None
 
@@ -671,7 +675,7 @@ def _drain(ph: Phase, start: dict[int, int]) -> None:
         done.set()
         watcher.join()
         return
-    ph.run_life("drain", deadline=time.monotonic() + s.drain_timeout_s)
+    ph.run_life("drain", deadline=time.monotonic() + 2 * s.drain_timeout_s)
 
 
 def _phase(

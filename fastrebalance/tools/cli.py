@@ -1015,6 +1015,8 @@ def _add_chaos_spark(commands: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--triggers", type=names(TRIGGERS), default=TRIGGERS, metavar="LIST")
     p.add_argument("--points", type=names(KILL_POINTS), default=KILL_POINTS, metavar="LIST",
                    help="kill points (default: all): " + ", ".join(KILL_POINTS))  # fmt: skip
+    p.add_argument("--first-points", type=names(KILL_POINTS), default=(), metavar="LIST",
+                   help="the first lives' kill points (a reproduction)")  # fmt: skip
     p.add_argument("--min-kills", type=_number(int, 0), default=3, metavar="N",
                    help="per trigger, past --duration if need be (default: 3)")  # fmt: skip
     p.add_argument("--partitions", type=_number(int, 1), default=4, metavar="P")
@@ -1038,6 +1040,7 @@ def _cmd_chaos_spark(args: argparse.Namespace) -> int:
 
     settings = SparkChaosSettings(
         duration_s=args.duration, seed=args.seed, triggers=args.triggers, points=args.points,
+        first_points=args.first_points,
         min_kills=args.min_kills, partitions=args.partitions, rate=args.rate,
         starting_offsets=args.starting_offsets, master=args.master, parallel=args.parallel,
         bootstrap_servers=args.bootstrap_servers,
@@ -1053,6 +1056,8 @@ def _cmd_chaos_spark(args: argparse.Namespace) -> int:
     replay = ["fastrebalance", "chaos-spark", "--seed", str(result.seed)]
     replay += ["--duration", f"{args.duration:g}s", "--min-kills", str(args.min_kills)]
     replay += ["--triggers", ",".join(args.triggers), "--points", ",".join(args.points)]
+    if args.first_points:
+        replay += ["--first-points", ",".join(args.first_points)]
     replay += ["--partitions", str(args.partitions), "--rate", f"{args.rate:g}"]
     replay += ["--starting-offsets", args.starting_offsets, "--master", args.master]
     replay += ["--parallel"] * args.parallel + [x for kv in args.option for x in ("--option", kv)]
