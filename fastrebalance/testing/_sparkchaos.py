@@ -173,6 +173,52 @@ def read_sink(folder: Path, topic: str, known: dict[str, Attempt] | None = None)
 
 
 # ----------------------------------------------------------------------- the driver
+#: Tells the driver's source where to record its ``initialOffset()`` answers: JSON
+#: ``{"dir": phase folder, "life": n}``. An environment variable, because the source runs in
+#: a Python worker that the JVM starts, and only the environment reaches it.
+_INITIAL_ENV = "FASTREBALANCE_SPARKCHAOS_INITIAL"
+
+
+def _recording_source() -> type:
+    """``fastrebalance`` with every ``initialOffset()`` answer appended to ``initial.jsonl``.
+
+    Spark keeps no record of where a new query started (only where its first batch ends),
+    and a ``latest`` query owes every record from there on: the check needs the answer
+    that batch 0 was planned from, the last one given before ``offsets/0`` existed.
+    """
+    from fastrebalance.spark import FastRebalanceDataSource
+
+    class RecordingSource(FastRebalanceDataSource):  # type: ignore[misc]
+        def streamReader(self, schema: Any) -> Any:
+            reader = super().streamReader(schema)
+            answer = reader.initialOffset
+
+            def initial_offset() -> Any:
+                offset = answer()
+                where = json.loads(os.environ.get(_INITIAL_ENV) or "null")
+                if where is not None:
+                    folder = Path(where["dir"])
+                    logged = (folder / "checkpoint" / "offsets" / "0").exists()
+                    line = {"life": where["life"], "offsets0": logged, "offset": offset}
+                    with open(folder / "initial.jsonl", "a") as f:
+                        f.write(json.dumps(line) + "\n")
+                return offset
+
+            reader.initialOffset = initial_offset
+            return reader
+
+    RecordingSource.__module__, RecordingSource.__qualname__ = __name__, "RecordingSource"
+    return RecordingSource
+
+
+def __getattr__(name: str) -> Any:
+    # Made on first use, because it needs pyspark; found here by name when Spark unpickles it.
+    if name == "RecordingSource":
+        globals()[name] = cls = _recording_source()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _die(why: str) -> None:
     """SIGKILL this driver's whole session at once (Python, JVM, workers), after a line
     saying where: the line is the only record of a point that only this process sees."""
@@ -192,6 +238,7 @@ def _driver(argv: list[str]) -> int:
     die_call, die_delay = int(call_no), float(delay)
     sink = Path(args.sink)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import fastrebalance
+    os.environ[_INITIAL_ENV] = json.dumps({"dir": str(sink.parent), "life": args.life})
 
     from pyspark.sql import SparkSession
 
@@ -211,7 +258,8 @@ def _driver(argv: list[str]) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    register(spark)  # its checks; then the same source, recording where it starts
+    spark.dataSource.register(__getattr__("RecordingSource"))
     calls = 0
 
     def write(df: Any, batch_id: int) -> None:
@@ -556,17 +604,24 @@ def _topic_keys(bootstrap: str, topic: str, ends: dict[int, tuple[int, int]]) ->
     return keys
 
 
-def _query_start(checkpoint: Path, topic: str) -> dict[int, int] | None:
-    """Where a ``latest`` query starts, per partition, as far as the checkpoint shows: the end
-    of its first logged batch (``offsets/0``). Records from there on are owed, whatever the
-    source's first ``initialOffset()`` said."""
-    path = checkpoint / "offsets" / "0"
-    if not path.exists():
+def _query_start(folder: Path, topic: str) -> dict[int, int] | None:
+    """Where a ``latest`` query starts, per partition: the ``initialOffset()`` answer its
+    batch 0 was planned from (the last one given before ``offsets/0`` existed); records
+    from there on are owed. Without one, the end of batch 0 (``offsets/0``)."""
+    answers = []
+    if (folder / "initial.jsonl").exists():
+        answers = [json.loads(x) for x in (folder / "initial.jsonl").read_text().splitlines()]
+    before = [a["offset"] for a in answers if not a["offsets0"]]
+    path = folder / "checkpoint" / "offsets" / "0"
+    if before:
+        source = before[-1]
+    elif path.exists():
+        source = json.loads(path.read_text().splitlines()[2])
+    else:
         return None
-    source = json.loads(path.read_text().splitlines()[2])[topic]
     return {
         int(p): v if isinstance(v, int) else min([v[0], *(r[0] for r in v[1:])])
-        for p, v in source.items()
+        for p, v in source[topic].items()
     }
 
 
@@ -586,6 +641,8 @@ class PhaseResult:
     backlog_rows: int = 0  #: rows delivered with catchup = true (first attempts)
     problems: dict[str, list[str]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  #: lives that failed on their own
+    #: the source's initialOffset() answers: (life, offsets/0 existed, offset per partition)
+    initial: list[tuple[int, bool, dict[int, int]]] = field(default_factory=list)
 
     @property
     def kills(self) -> int:
@@ -632,6 +689,13 @@ def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     phantom = sorted(_split(k) for k in sunk - present if _split(k)[1] >= ends[_split(k)[0]][0])
     if phantom:
         r.problems["phantom"] = [f"records in the sink, not in the topic: {phantom[:10]}"]
+    if (ph.dir / "initial.jsonl").exists():
+        for line in (ph.dir / "initial.jsonl").read_text().splitlines():
+            a = json.loads(line)
+            got = {
+                int(q): v if isinstance(v, int) else v[0] for q, v in a["offset"][ph.topic].items()
+            }
+            r.initial.append((a["life"], a["offsets0"], got))
     for life in ph.lives:
         if not life.crashed and life.rc != 0 and life.log is not None:
             tail = life.log.read_text(errors="replace").strip().splitlines()[-6:]
@@ -647,11 +711,21 @@ def _covered(ph: Phase, start: dict[int, int], ends: dict[int, int]) -> bool:
     return all(_key(p, o) in sunk for p, end in ends.items() for o in range(start.get(p, 0), end))
 
 
+def _caught_up(ph: Phase, ends: dict[int, int]) -> bool:
+    """The last committed batch ends at every log end with nothing pending (the offset JSON
+    of docs/spark.md): the query will read nothing more, whatever the sink lacks."""
+    done = _new_files(ph.checkpoint / "commits", set())
+    if not done:
+        return False
+    offset = json.loads((ph.checkpoint / "offsets" / done[-1]).read_text().splitlines()[2])
+    return {int(p): v for p, v in offset[ph.topic].items()} == ends
+
+
 def _drain(ph: Phase, start: dict[int, int]) -> None:
     """Driver lives that are not killed. Under processingTime, one that runs until the sink
-    holds everything or stops making progress; under once and availableNow one run, which
-    must read everything that was in the topic when it started: that is what these
-    triggers are scheduled for."""
+    holds everything, the query has read to the end, or nothing new arrives for a while;
+    under once and availableNow one run, which must read everything that was in the topic
+    when it started: that is what these triggers are scheduled for."""
     s = ph.s
     if ph.trigger == "processingTime":
         ends = {p: high for p, (_, high) in _log_ends(ph.bootstrap, ph.topic, s.partitions).items()}
@@ -664,7 +738,11 @@ def _drain(ph: Phase, start: dict[int, int]) -> None:
                 n = len(ph.attempts())
                 if n != count:
                     last, count = time.monotonic(), n
-                if _covered(ph, start, ends) or time.monotonic() - last > s.drain_timeout_s:
+                if (
+                    _covered(ph, start, ends)
+                    or _caught_up(ph, ends)
+                    or time.monotonic() - last > s.drain_timeout_s
+                ):
                     stop.touch()
                     return
                 done.wait(1.0)
@@ -715,7 +793,7 @@ def _phase(
         raise RuntimeError("the burst before the drain was not fully produced")
     start = {p: low for p, (low, _) in _log_ends(bootstrap, ph.topic, s.partitions).items()}
     if s.starting_offsets == "latest":
-        start = _query_start(ph.checkpoint, ph.topic) or {
+        start = _query_start(ph.dir, ph.topic) or {
             p: high for p, (_, high) in _log_ends(bootstrap, ph.topic, s.partitions).items()
         }
     _drain(ph, start)
@@ -803,6 +881,13 @@ def format_result(r: SparkChaosResult, command: str | None = None) -> str:
             if kind != "crash_duplicates" and items:
                 lines += [f"  {kind.upper()} ({len(items)}):"] + [f"    {x}" for x in items[:10]]
         lines += [f"  DRIVER FAILED: {x}" for x in p.failures]
+        if len({str(o) for _, _, o in p.initial}) > 1:
+            lines.append("  initialOffset() answered differently in one query:")
+            lines += [
+                f"    life {n}, {'after' if logged else 'before'} offsets/0: "
+                + " ".join(f"p{q}={o}" for q, o in sorted(offs.items()))
+                for n, logged, offs in p.initial
+            ]
     lines.append("result: " + ("PASS" if r.ok else "FAIL"))
     return "\n".join(lines)
 
