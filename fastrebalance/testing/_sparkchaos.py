@@ -39,10 +39,13 @@ and the admin client that reads log ends, to the thread that made them.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +83,9 @@ TRIGGERS = ("processingTime", "once", "availableNow")
 #: Where a driver life may be killed; the last three by the driver itself.
 KILL_POINTS = ("random", "offsets", "commits", "sink_read", "sink_write", "sink_done")
 _SELF_POINTS = frozenset(KILL_POINTS[3:])
+#: A driver here lives seconds: C1 alone and one GC thread save much of the CPU of its start,
+#: which is most of a life on a loaded 2-core machine.
+_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds*=off"
 #: Partition and offset in one int: a soak holds a million of them.
 _SHIFT = 40
 
@@ -232,6 +238,7 @@ def _driver(argv: list[str]) -> int:
         a.add_argument("--" + name, required=True)
     a.add_argument("--life", type=int, required=True)
     a.add_argument("--die", default="", help="POINT:CALL:DELAY_S, a point of the sink")
+    a.add_argument("--java-opts", default="", help="more JVM options (the CDS archive)")
     a.add_argument("--option", action="append", default=[], help="KEY=VALUE")
     args = a.parse_args(argv)
     point, call_no, delay = [*args.die.split(":"), "", "0", "0"][:3] if args.die else ("", "0", "0")
@@ -252,9 +259,7 @@ def _driver(argv: list[str]) -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "512m")
         .config("spark.executor.memory", "512m")
-        # A driver here lives seconds: C1 alone and one GC thread halve the CPU of its start,
-        # which is most of a life on a loaded 2-core machine.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", f"{_JAVA_OPTS} {args.java_opts}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -410,7 +415,9 @@ class Phase:
     ) -> None:
         self.s, self.trigger, self.bootstrap, self.rng, self.out = s, trigger, bootstrap, rng, out
         self.topic = f"sparkchaos-{trigger.lower()}-{uuid4().hex[:8]}"
-        self.dir = workdir / trigger
+        self.label = trigger if s.starting_offsets == "earliest" else f"{trigger}-latest"
+        self.java_opts = ""  #: see _jvm_options
+        self.dir = workdir / self.label
         self.checkpoint, self.sink = self.dir / "checkpoint", self.dir / "sink"
         self.sink.mkdir(parents=True)
         self.lives: list[Life] = []
@@ -427,8 +434,9 @@ class Phase:
             self.deck = self.rng.sample(points, len(points))
         return self.deck.pop()
 
-    def run_life(self, plan: str, deadline: float | None = None) -> Life:
-        """Start a driver, kill it as planned (or let it end), reap its whole session."""
+    def run_life(self, plan: str, deadline: float | None = None, grace_s: float = 0.0) -> Life:
+        """Start a driver, kill it as planned (or let it end), reap its whole session (after
+        ``grace_s`` for the JVM to exit by itself, once the Python driver did)."""
         life = Life(len(self.lives) + 1, plan, time.monotonic())
         self.lives.append(life)
         life.log = self.dir / f"driver-{life.number:04d}.log"
@@ -455,6 +463,7 @@ class Phase:
             str(life.number),
             "--option",
             f"startingOffsets={self.s.starting_offsets}",
+            f"--java-opts={self.java_opts}",  # one word: it starts with a dash
         ]
         cmd += [x for k, v in self.s.options.items() for x in ("--option", f"{k}={v}")]
         if plan in _SELF_POINTS:
@@ -493,6 +502,9 @@ class Phase:
                 kill_session(proc.pid)
                 break
             proc.wait()
+            end = time.monotonic() + grace_s
+            while session_members(proc.pid) and time.monotonic() < end:
+                time.sleep(0.2)
         finally:
             kill_session(proc.pid)
         if proc.returncode is not None and proc.returncode >= 0 and fired is not None:
@@ -502,7 +514,7 @@ class Phase:
         if not life.killed and "sparkchaos: die " in text:
             life.killed = text.rsplit("sparkchaos: die ", 1)[1].splitlines()[0]
         self.out(
-            f"  {self.trigger} life {life.number} ({plan}): {life.ended - life.started:.1f}s,"
+            f"  {self.label} life {life.number} ({plan}): {life.ended - life.started:.1f}s,"
             f" {'killed: ' + life.killed if life.killed else f'exit {life.rc}'}"
         )
         return life
@@ -571,31 +583,34 @@ def _log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[in
         c.close()
 
 
-def _topic_keys(bootstrap: str, topic: str, ends: dict[int, tuple[int, int]]) -> set[int]:
-    """Every record's (partition, offset) in the topic, read with a plain consumer."""
+def _topic_keys(bootstrap: str, topic: str, ends: dict[int, int]) -> set[int]:
+    """Every record's (partition, offset) in the topic below ``ends``, read with a plain
+    consumer: the truth the sink is held against (its first offsets also tell what
+    retention deleted, which a log-start offset may not)."""
     c = PlainConsumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"{topic}-check",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
         }
     )
     keys: set[int] = set()
-    todo = {p for p, (low, high) in ends.items() if high > low}
+    todo = {p for p, high in ends.items() if high > 0}
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
         deadline = time.monotonic() + 300
         while todo and time.monotonic() < deadline:
             for m in c.consume(5000, 0.5):
                 err, p, o = m.error(), m.partition(), m.offset()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading {topic} back: {err}")
+                if p is None or o is None:
                     continue
-                assert p is not None and o is not None
-                keys.add(_key(p, o))
-                if o >= ends[p][1] - 1:
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"reading {topic} back: {err}")
+                if err is None and o < ends[p]:
+                    keys.add(_key(p, o))
+                if o >= ends[p] - (err is None):
                     todo.discard(p)
         if todo:
             raise RuntimeError(f"{topic}: partitions {sorted(todo)} not read to their end")
@@ -668,8 +683,12 @@ class SparkChaosResult:
 
 def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     r = PhaseResult(ph.trigger, ph.topic, ph.dir, ph.lives)
-    ends = _log_ends(ph.bootstrap, ph.topic, ph.s.partitions)
+    ends = {p: high for p, (_, high) in _log_ends(ph.bootstrap, ph.topic, ph.s.partitions).items()}
     present = _topic_keys(ph.bootstrap, ph.topic, ends)
+    low = {p: high for p, high in ends.items()}
+    for k in present:
+        p, o = _split(k)
+        low[p] = min(low[p], o)
     attempts = ph.attempts()
     lives = {life.number: life for life in ph.lives}
     r.problems = check_attempts(attempts, lives)
@@ -681,12 +700,12 @@ def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     sunk = set().union(*(a.keys for a in attempts)) if attempts else set()
     begin = start or {}
     owed = {k for k in present if _split(k)[1] >= begin.get(_split(k)[0], 0)}
-    gone = [_key(p, o) for p, (low, _) in ends.items() for o in range(begin.get(p, 0), low)]
+    gone = [_key(p, o) for p, first in low.items() for o in range(begin.get(p, 0), first)]
     r.deleted_by_retention = sum(1 for k in gone if k not in sunk)
     r.in_topic, r.owed = len(present), len(owed) + len(gone)
     r.delivered = len(owed & sunk) + len(gone) - r.deleted_by_retention
     r.missing = sorted(_split(k) for k in owed - sunk)
-    phantom = sorted(_split(k) for k in sunk - present if _split(k)[1] >= ends[_split(k)[0]][0])
+    phantom = sorted(_split(k) for k in sunk - present if _split(k)[1] >= low[_split(k)[0]])
     if phantom:
         r.problems["phantom"] = [f"records in the sink, not in the topic: {phantom[:10]}"]
     if (ph.dir / "initial.jsonl").exists():
@@ -711,14 +730,15 @@ def _covered(ph: Phase, start: dict[int, int], ends: dict[int, int]) -> bool:
     return all(_key(p, o) in sunk for p, end in ends.items() for o in range(start.get(p, 0), end))
 
 
-def _caught_up(ph: Phase, ends: dict[int, int]) -> bool:
+def _caught_up(ph: Phase) -> bool:
     """The last committed batch ends at every log end with nothing pending (the offset JSON
     of docs/spark.md): the query will read nothing more, whatever the sink lacks."""
     done = _new_files(ph.checkpoint / "commits", set())
     if not done:
         return False
     offset = json.loads((ph.checkpoint / "offsets" / done[-1]).read_text().splitlines()[2])
-    return {int(p): v for p, v in offset[ph.topic].items()} == ends
+    ends = _log_ends(ph.bootstrap, ph.topic, ph.s.partitions)
+    return {int(p): v for p, v in offset[ph.topic].items()} == {p: e for p, (_, e) in ends.items()}
 
 
 def _drain(ph: Phase, start: dict[int, int]) -> None:
@@ -740,7 +760,7 @@ def _drain(ph: Phase, start: dict[int, int]) -> None:
                     last, count = time.monotonic(), n
                 if (
                     _covered(ph, start, ends)
-                    or _caught_up(ph, ends)
+                    or _caught_up(ph)
                     or time.monotonic() - last > s.drain_timeout_s
                 ):
                     stop.touch()
@@ -756,6 +776,45 @@ def _drain(ph: Phase, start: dict[int, int]) -> None:
     ph.run_life("drain", deadline=time.monotonic() + 2 * s.drain_timeout_s)
 
 
+def _jvm_options(cluster: Any, workdir: Path, out: Callable[[str], None]) -> str:
+    """The drivers' JVM options: a class-data-sharing archive of the classes a driver loads.
+
+    A driver life is mostly JVM and Spark start, and most of that is loading and verifying
+    some ten thousand classes. With the archive, a life on a loaded 2-core machine took
+    21-35 s instead of 73 s (``availableNow`` on a small topic, interleaved runs, load
+    9-16). The archive depends on the JVM build and Spark's jars, so it is kept per both,
+    in ``~/.cache/fastrebalance``, and made once, by a driver run that exits normally
+    (the JVM writes it at exit). It changes how fast classes load, nothing Spark does.
+    """
+    java = shutil.which("java") or "java"
+    version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    import pyspark
+
+    key = hashlib.sha256(f"{os.path.realpath(java)} {version} {pyspark.__file__}".encode())
+    cache = Path.home() / ".cache" / "fastrebalance"
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = cache / f"spark-driver-{pyspark.__version__}-{key.hexdigest()[:12]}.jsa"
+    with open(cache / "spark-driver.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one maker, whoever else starts a run meanwhile
+        if not archive.exists():
+            out(f"sparkchaos: making the drivers' class archive {archive} (once)")
+            s = SparkChaosSettings(min_kills=0)
+            warm = Phase(s, "availableNow", cluster.bootstrap_servers, workdir / "jvm-archive",
+                         random.Random(0), out)  # fmt: skip
+            cluster.create_topic(warm.topic, 1)
+            produce_backlog(cluster.bootstrap_servers, warm.topic, 1, 100)
+            tmp = archive.with_suffix(f".{os.getpid()}.tmp")
+            warm.java_opts = f"-XX:ArchiveClassesAtExit={tmp}"
+            life = warm.run_life("archive", deadline=time.monotonic() + 600, grace_s=120)
+            if life.rc == 0 and tmp.exists():
+                os.replace(tmp, archive)
+            else:
+                tmp.unlink(missing_ok=True)
+                out(f"sparkchaos: no class archive (the run ended {life.rc}); drivers start slower")
+                return ""
+    return f"-XX:SharedArchiveFile={archive}"
+
+
 def _phase(
     s: SparkChaosSettings,
     trigger: str,
@@ -763,12 +822,14 @@ def _phase(
     workdir: Path,
     rng: random.Random,
     share_s: float,
+    java_opts: str,
     out: Callable[[str], None],
 ) -> PhaseResult:
     bootstrap: str = cluster.bootstrap_servers
     ph = Phase(s, trigger, bootstrap, workdir, rng, out)
+    ph.java_opts = java_opts
     cluster.create_topic(ph.topic, s.partitions)
-    out(f"sparkchaos: {trigger}: topic {ph.topic}, checkpoint {ph.checkpoint}")
+    out(f"sparkchaos: {ph.label}: topic {ph.topic}, checkpoint {ph.checkpoint}")
     producer = FreshProducer(bootstrap, ph.topic, s.partitions, s.rate)
     producer.start()
     try:
@@ -783,7 +844,7 @@ def _phase(
                 t = time.monotonic()
                 if produce_backlog(bootstrap, ph.topic, s.partitions, n):
                     raise RuntimeError("a burst was not fully produced")
-                out(f"  down: a burst of {n} records")
+                out(f"  {ph.label} down: a burst of {n} records")
                 down -= time.monotonic() - t
             time.sleep(max(0.0, down))
     finally:
@@ -825,13 +886,14 @@ def run_spark_chaos(
 
             b = s.bootstrap_servers
             own = cluster = ExternalKafka(b) if b else EmbeddedKafka()
+        java = _jvm_options(cluster, workdir, out)
         share = s.duration_s if s.parallel else s.duration_s / len(s.triggers)
         phases: dict[str, PhaseResult | BaseException] = {}
 
         def run(trigger: str) -> None:
             rng = random.Random(f"{seed}-{trigger}")  # the same schedule, in turn or in parallel
             try:
-                phases[trigger] = _phase(s, trigger, cluster, workdir, rng, share, out)
+                phases[trigger] = _phase(s, trigger, cluster, workdir, rng, share, java, out)
             except BaseException as exc:  # re-raised by the caller's thread
                 phases[trigger] = exc
 

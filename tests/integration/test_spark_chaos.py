@@ -56,7 +56,7 @@ def runs(kafka_cluster) -> Iterator[dict[str, SparkChaosResult]]:
         ),
         "latest": SparkChaosSettings(
             duration_s=0, seed=seed, min_kills=1, triggers=("processingTime",),
-            starting_offsets="latest", first_points=("sink_done",), rate=1000,
+            starting_offsets="latest", first_points=("sink_done",), rate=500,
         ),
     }  # fmt: skip
     out: dict[str, SparkChaosResult | BaseException] = {}
