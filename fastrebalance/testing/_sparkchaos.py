@@ -791,12 +791,13 @@ def _drain(ph: Phase, start: dict[int, int]) -> None:
         done.set()
         watcher.join()
         return
-    logged = {a.batch for a in ph.attempts()}
-    life = ph.run_drain_life(2 * s.drain_timeout_s)
-    first = min((a.batch for a in ph.attempts() if a.life == life.number), default=None)
-    if ph.trigger == "once" and first in logged:
-        # Trigger.Once's one batch was the replay of the batch a kill interrupted (Spark's
-        # Kafka source does the same): the next run is the one that reads what is left.
+    logged = _new_files(ph.checkpoint / "offsets", set())
+    committed = _new_files(ph.checkpoint / "commits", set())
+    replay = bool(logged) and (not committed or int(logged[-1]) > int(committed[-1]))
+    ph.run_drain_life(2 * s.drain_timeout_s)
+    if ph.trigger == "once" and replay:
+        # Trigger.Once's one batch is the replay of the batch a kill interrupted (logged, not
+        # committed; Spark's Kafka source does the same): the next run reads what is left.
         ph.run_drain_life(2 * s.drain_timeout_s)
 
 
