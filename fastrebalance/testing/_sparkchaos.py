@@ -767,22 +767,21 @@ def _drain(ph: Phase, start: dict[int, int]) -> None:
     s = ph.s
     if ph.trigger == "processingTime":
         ends = {p: high for p, (_, high) in _log_ends(ph.bootstrap, ph.topic, s.partitions).items()}
-        stop = ph.dir / f"stop-{len(ph.lives) + 1}"
         done = threading.Event()
 
         def watch() -> None:
-            last, count = time.monotonic(), -1
+            last, count, stopping = time.monotonic(), -1, False
             while not done.is_set():
                 n = len(ph.attempts())
                 if n != count:
                     last, count = time.monotonic(), n
-                if (
+                stopping = stopping or (
                     _covered(ph, start, ends)
                     or _caught_up(ph)
                     or time.monotonic() - last > s.drain_timeout_s
-                ):
-                    stop.touch()
-                    return
+                )
+                if stopping:  # the current life's file: a life Spark could not start is redone
+                    (ph.dir / f"stop-{len(ph.lives)}").touch()
                 done.wait(1.0)
 
         watcher = threading.Thread(target=watch, daemon=True)
