@@ -432,8 +432,9 @@ class Phase:
         self.cache: dict[str, Attempt] = {}
 
     def next_point(self) -> str:
-        if len(self.lives) < len(self.s.first_points):
-            return self.s.first_points[len(self.lives)]
+        started = sum(not life.no_start for life in self.lives)
+        if started < len(self.s.first_points):
+            return self.s.first_points[started]
         points = list(self.s.points)
         if self.trigger != "processingTime":
             points.append("clean")  # a scheduled run that ends by itself
@@ -474,7 +475,7 @@ class Phase:
         ]
         cmd += [x for k, v in self.s.options.items() for x in ("--option", f"{k}={v}")]
         if plan in _SELF_POINTS:
-            first = life.number <= len(self.s.first_points)
+            first = sum(not x.no_start for x in self.lives[:-1]) < len(self.s.first_points)
             call = 1 if self.trigger == "once" or first else self.rng.randint(1, 3)
             cmd += ["--die", f"{plan}:{call}:{self.rng.uniform(0.0, 1.5):.3f}"]
         at = self.rng.uniform(1.0, 15.0) if plan == "random" else None
