@@ -992,6 +992,92 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_CHECK_FAILED
 
 
+def _add_chaos_spark(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ..testing._sparkchaos import KILL_POINTS, TRIGGERS
+
+    def names(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+        def parse(text: str) -> tuple[str, ...]:
+            got = tuple(n.strip() for n in text.split(",") if n.strip())
+            if not got or any(n not in allowed for n in got):
+                raise argparse.ArgumentTypeError(f"{text!r}: a list of {', '.join(allowed)}")
+            return got
+
+        return parse
+
+    p = commands.add_parser(
+        "chaos-spark",
+        help="crash test of the Spark source: SIGKILL the driver, restart, check the sink",
+        description=_paragraphs(
+            "For each trigger, run a Structured Streaming query on the fastrebalance source "
+            "(driver in its own process) over a topic with live traffic, SIGKILL the driver "
+            "at random points (any moment, after the offset log, after the commit log, while "
+            "the sink reads, during and after its write), restart it on the same checkpoint "
+            "with a backlog built while it was down, then drain and check: every record in "
+            "the sink at least once, a replayed batch identical to its first attempt, no "
+            "duplicate that no crash explains (docs/reliability.md).",
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--duration", type=_duration, default=300.0, metavar="D",
+                   help="chaos time, shared by the triggers (default: 5m)")  # fmt: skip
+    p.add_argument("--seed", type=int, help="replay the kill schedule of an earlier run")
+    p.add_argument("--triggers", type=names(TRIGGERS), default=TRIGGERS, metavar="LIST")
+    p.add_argument("--points", type=names(KILL_POINTS), default=KILL_POINTS, metavar="LIST",
+                   help="kill points (default: all): " + ", ".join(KILL_POINTS))  # fmt: skip
+    p.add_argument("--first-points", type=names(KILL_POINTS), default=(), metavar="LIST",
+                   help="the first lives' kill points (a reproduction)")  # fmt: skip
+    p.add_argument("--min-kills", type=_number(int, 0), default=3, metavar="N",
+                   help="per trigger, past --duration if need be (default: 3)")  # fmt: skip
+    p.add_argument("--partitions", type=_number(int, 1), default=4, metavar="P")
+    p.add_argument("--rate", type=_number(float, 0, inclusive=False), default=200.0,
+                   metavar="R", help="live records per second (default: 200)")  # fmt: skip
+    p.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest")
+    p.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    p.add_argument("--parallel", action="store_true", help="run the triggers side by side")
+    p.add_argument("--option", action="append", default=[], metavar="K=V",
+                   help="a source option, over the harness's catch-up defaults")  # fmt: skip
+    p.add_argument("--bootstrap-servers", metavar="B", help="(default: an embedded cluster)")
+    p.add_argument("--workdir", metavar="DIR", help="(default: a new temporary directory)")
+    p.set_defaults(func=_cmd_chaos_spark)
+
+
+def _cmd_chaos_spark(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from ..testing._sparkchaos import SparkChaosSettings, format_result, run_spark_chaos
+
+    settings = SparkChaosSettings(
+        duration_s=args.duration, seed=args.seed, triggers=args.triggers, points=args.points,
+        first_points=args.first_points,
+        min_kills=args.min_kills, partitions=args.partitions, rate=args.rate,
+        starting_offsets=args.starting_offsets, master=args.master, parallel=args.parallel,
+        bootstrap_servers=args.bootstrap_servers,
+        workdir=Path(args.workdir) if args.workdir else None,
+    )  # fmt: skip
+    for kv in args.option:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            print(f"--option {kv!r}: expected KEY=VALUE", file=sys.stderr)
+            return EXIT_USAGE
+        settings.options[key] = value
+    result = run_spark_chaos(settings, out=lambda line: print(line, flush=True))
+    replay = ["fastrebalance", "chaos-spark", "--seed", str(result.seed)]
+    replay += ["--duration", f"{args.duration:g}s", "--min-kills", str(args.min_kills)]
+    replay += ["--triggers", ",".join(args.triggers), "--points", ",".join(args.points)]
+    if args.first_points:
+        replay += ["--first-points", ",".join(args.first_points)]
+    replay += ["--partitions", str(args.partitions), "--rate", f"{args.rate:g}"]
+    replay += ["--starting-offsets", args.starting_offsets, "--master", args.master]
+    replay += ["--parallel"] * args.parallel + [x for kv in args.option for x in ("--option", kv)]
+    if args.bootstrap_servers:
+        replay += ["--bootstrap-servers", args.bootstrap_servers]
+    print()
+    print(format_result(result, " ".join(shlex.quote(w) for w in replay)), flush=True)
+    return EXIT_OK if result.ok else EXIT_CHECK_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastrebalance",
@@ -1016,6 +1102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(commands)
     _add_bench_scale(commands)
     _add_chaos(commands)
+    _add_chaos_spark(commands)
     return parser
 
 
