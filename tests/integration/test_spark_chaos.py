@@ -118,7 +118,6 @@ def test_processing_time_driver_killed_nothing_lost(runs: dict[str, SparkChaosRe
     _assert_ok(phase, r)
 
 
-@pytest.mark.xfail(strict=True, raises=Lost, reason="issue 19 item 2")
 def test_once_driver_killed_nothing_lost(runs: dict[str, SparkChaosResult]) -> None:
     r = runs["triggers"]
     phase = _phase(r, "once")
@@ -133,7 +132,6 @@ def test_available_now_driver_killed_nothing_lost(runs: dict[str, SparkChaosResu
     _assert_ok(phase, r)
 
 
-@pytest.mark.xfail(strict=True, raises=(Lost, ReplayDiffers), reason="issue 19 item 1")
 def test_new_latest_query_killed_after_batch_0_replays_it_identically(
     runs: dict[str, SparkChaosResult],
 ) -> None:
