@@ -70,7 +70,7 @@ from uuid import uuid4
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import Consumer as PlainConsumer
 
-from fastrebalance._consumer import _REVOKE_WAIT_S
+from fastrebalance._assigning import REVOKE_WAIT_S
 from fastrebalance._planner import PLAN_BUDGET_S as _PLAN_BUDGET_S
 from fastrebalance._planning import restore
 
@@ -144,13 +144,13 @@ def documented_bounds(
       assigned (its group offset is read first): ``socket.timeout.ms``, shared by both logs
       (the group commit always gets at least 1 s: within ``BOUND_SLACK_S``);
     * ``close``: twice ``socket.timeout.ms`` for the handles, after up to
-      ``fastrebalance._consumer._REVOKE_WAIT_S`` serving the revoke;
+      ``fastrebalance._assigning.REVOKE_WAIT_S`` serving the revoke;
     * ``own``: the worker's own steps (no library call).
     """
     return {
         "consume": round(call_timeout_s + _PLAN_BUDGET_S, 3),
         "commit": socket_timeout_s,
-        "close": 2 * socket_timeout_s + _REVOKE_WAIT_S,
+        "close": 2 * socket_timeout_s + REVOKE_WAIT_S,
         "own": _OWN_STEP_S,
     }
 

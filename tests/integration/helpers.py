@@ -99,3 +99,17 @@ def close_member(consumer: Any, seconds: float = 10.0) -> None:
             consumer.poll(0.05)
     finally:
         consumer.close()
+
+
+def swap_primary(consumer: Any, handle: Any) -> None:
+    """Put ``handle`` (a wrapper injecting a fault) in place of a fastrebalance Consumer's
+    primary librdkafka handle, in every part that holds it."""
+    consumer._primary = handle
+    for part in (
+        consumer._delivery,
+        consumer._committer,
+        consumer._assignments,
+        consumer._planner,
+    ):
+        part._primary = handle
+    consumer._delivery._primary_poll = handle.poll

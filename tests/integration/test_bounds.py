@@ -10,7 +10,7 @@ The bounds (docs/design.md, "Time bounds"), with S = socket.timeout.ms:
 | committed(timeout) | timeout (S without one) |
 | assign(), incremental_assign() | PLAN_BUDGET_S |
 | unassign(), store_offsets(), seek(), pause(), resume(), position() | immediate |
-| close() | 2 S (+ _REVOKE_WAIT_S for a subscribed member) |
+| close() | 2 S (+ REVOKE_WAIT_S for a subscribed member) |
 
 The broker, one of these tests' own (``open_own_cluster``), is SIGSTOPped (``pause()``):
 connections stay open and nothing is answered, the worst kind of outage for a client. Bounds
@@ -175,11 +175,11 @@ def test_planning_on_a_hung_broker_is_bounded(
 ):
     """assign() plans inside the call (a rebalance: inside poll()): one budget for all of
     its round trips; the partition then resumes at its committed offset, skipping nothing."""
-    import fastrebalance._consumer
+    import fastrebalance._assigning
     import fastrebalance._planner as planner
 
     monkeypatch.setattr(planner, "PLAN_BUDGET_S", 3.0)  # the message of its error
-    monkeypatch.setattr(fastrebalance._consumer, "PLAN_BUDGET_S", 3.0)  # the budget
+    monkeypatch.setattr(fastrebalance._assigning, "PLAN_BUDGET_S", 3.0)  # the budget
     monkeypatch.setattr(planner, "REQUEST_TIMEOUT_S", 1.0)
     bs = cluster.bootstrap_servers
     topic = f"bounds-plan-{unique_group}"
@@ -209,7 +209,7 @@ def test_exactly_once_defers_what_it_cannot_plan_on_a_hung_broker(
     the partition stays paused and nothing of it is handed out; once the broker answers, a
     later call plans it: fresh records first, the backlog by the child, from where the
     logs say."""
-    from fastrebalance._consumer import _EOS_PLAN_S
+    from fastrebalance._assigning import EOS_PLAN_S
 
     bs = cluster.bootstrap_servers
     topic = f"bounds-eos-{unique_group}"
@@ -230,8 +230,8 @@ def test_exactly_once_defers_what_it_cannot_plan_on_a_hung_broker(
         try:
             elapsed, outcome = timed(lambda: c.assign([TopicPartition(topic, 0)]))
             print(f"\nassign() on a hung broker (exactly-once): {elapsed:.2f}s")
-            assert outcome is None and elapsed < _EOS_PLAN_S + SLACK, (elapsed, outcome)
-            assert (topic, 0) in c._deferred and c.catchup_status() == {}
+            assert outcome is None and elapsed < EOS_PLAN_S + SLACK, (elapsed, outcome)
+            assert (topic, 0) in c._partitions.deferred and c.catchup_status() == {}
             elapsed, outcome = timed(lambda: c.consume(10, 1.0))
             assert outcome == [] and elapsed < 1.0 + 2 + SLACK, (elapsed, outcome)
         finally:
@@ -249,8 +249,8 @@ def test_exactly_once_defers_what_it_cannot_plan_on_a_hung_broker(
 
 def test_close_of_a_subscribed_member_is_bounded(cluster: OwnCluster, unique_group: str):
     """close() of a group member leaves the group and serves its revoke (which commits)
-    before librdkafka's close(): bounded by _REVOKE_WAIT_S and twice S on a hung broker."""
-    from fastrebalance._consumer import _REVOKE_WAIT_S
+    before librdkafka's close(): bounded by REVOKE_WAIT_S and twice S on a hung broker."""
+    from fastrebalance._assigning import REVOKE_WAIT_S
 
     bs = cluster.bootstrap_servers
     topic = f"bounds-sub-{unique_group}"
@@ -264,7 +264,7 @@ def test_close_of_a_subscribed_member_is_bounded(cluster: OwnCluster, unique_gro
     try:
         elapsed, outcome = timed(c.close)
         print(f"\nclose() of a member on a hung broker: {elapsed:.2f}s")
-        assert outcome is None and elapsed < _REVOKE_WAIT_S + 2 * S + SLACK, (elapsed, outcome)
+        assert outcome is None and elapsed < REVOKE_WAIT_S + 2 * S + SLACK, (elapsed, outcome)
     finally:
         cluster.resume()
 
@@ -276,14 +276,14 @@ def test_an_unplanned_partition_claims_only_what_its_primary_handed_out(
     the broker hangs past the planning budget cannot be planned (its token cannot be read).
     It is deferred, then planned once the broker answers: a commit of its first record
     must not claim, and so erase, the backlog still pending in the group's token."""
-    import fastrebalance._consumer
+    import fastrebalance._assigning
     import fastrebalance._planner as planner
     from fastrebalance._planning import restore
 
     from .helpers import group_metadata
 
     monkeypatch.setattr(planner, "PLAN_BUDGET_S", 3.0)  # the message of its error
-    monkeypatch.setattr(fastrebalance._consumer, "PLAN_BUDGET_S", 3.0)  # the budget
+    monkeypatch.setattr(fastrebalance._assigning, "PLAN_BUDGET_S", 3.0)  # the budget
     monkeypatch.setattr(planner, "REQUEST_TIMEOUT_S", 1.0)
     bs = cluster.bootstrap_servers
     a, topic, _ = _catching_up(cluster, unique_group)
@@ -323,7 +323,7 @@ def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: OwnCluster):
     """Repro adv3-02: under KIP-848 an assignment reaches a member that is not polling
     (another member left); close() serves it while leaving and must not spend the
     planning budget on a hung broker for partitions it gives back at once."""
-    from fastrebalance._consumer import _REVOKE_WAIT_S
+    from fastrebalance._assigning import REVOKE_WAIT_S
 
     supported, why = kip848_supported(cluster)
     if not supported:
@@ -361,7 +361,7 @@ def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: OwnCluster):
     cluster.pause()
     try:
         elapsed, outcome = timed(a.close)
-        bound = _REVOKE_WAIT_S + 2 * S
+        bound = REVOKE_WAIT_S + 2 * S
         print(f"\nclose() with an assignment queued, hung broker: {elapsed:.2f}s (bound {bound}s)"
               f", served inside: {served}")
         assert ("assign", [1 - a_first]) in served, "the test needs an assignment queued"

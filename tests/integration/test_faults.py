@@ -41,6 +41,7 @@ from .helpers import (
     group_metadata,
     group_offsets,
     produce,
+    swap_primary,
     timed,
 )
 
@@ -710,14 +711,14 @@ def test_unknown_partition_with_a_pending_backlog_is_reported(
     errors: list[KafkaError] = []
     c = Consumer(base_conf(bs, unique_group, error_cb=errors.append))
     try:
-        c._primary = c._planner._primary = _UnknownPartitionPrimary(c._primary)
+        swap_primary(c, _UnknownPartitionPrimary(c._primary))
         c.assign([TopicPartition(topic, 0)])
         reported = [e for e in errors if e.code() == KafkaError._UNKNOWN_PARTITION]
         assert len(reported) == 1 and f"{topic} [0] is unknown" in reported[0].str()
         # nothing is dropped: the backlog stays pending, the group offset stays at 70
         assert c.catchup_status()[(topic, 0)].pending_ranges == ((70, 120),)
     finally:
-        c._primary = c._planner._primary = c._primary._inner
+        swap_primary(c, c._primary._inner)
         c.close()
     assert group_offsets(bs, unique_group, topic) == [70]
 

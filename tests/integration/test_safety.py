@@ -22,7 +22,15 @@ from confluent_kafka import Consumer as PlainConsumer
 
 from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .helpers import base_conf, close_member, drain, group_metadata, group_offsets, produce
+from .helpers import (
+    base_conf,
+    close_member,
+    drain,
+    group_metadata,
+    group_offsets,
+    produce,
+    swap_primary,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -370,7 +378,7 @@ class _RevokeMidBatch:
         msgs = self._inner.consume(num, timeout)
         if self.armed and msgs:
             self.armed = False
-            self._consumer._on_revoke(self, [self._partition])
+            self._consumer._assignments.on_revoke(self, [self._partition])
         return msgs
 
     def __getattr__(self, name: str) -> Any:
@@ -403,7 +411,7 @@ def test_a_revoke_inside_a_consume_batch_claims_and_returns_nothing_of_it(
         produce(bs, topic, 50, start=log_end + 50)
         time.sleep(1.0)  # fetched by the primary: the next batch collects them
         lowest_unhanded = min(o for o in range(log_end + 101) if o not in handed)
-        c._primary = _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0))
+        swap_primary(c, _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0)))
         returned: list[Any] = []
         deadline = time.monotonic() + 30
         while c._primary.armed:
@@ -413,7 +421,7 @@ def test_a_revoke_inside_a_consume_batch_claims_and_returns_nothing_of_it(
         stored = _wait_group_offset(bs, unique_group, topic, 0, timeout=2.0)
         assert stored <= lowest_unhanded, (stored, lowest_unhanded)
     finally:
-        c._primary = getattr(c._primary, "_inner", c._primary)
+        swap_primary(c, getattr(c._primary, "_inner", c._primary))
         c.close()
 
 
@@ -460,12 +468,12 @@ def test_a_held_record_from_an_assignment_of_unknown_position_skips_nothing(
         produce(bs, topic, 100, start=20000)
         held = _first(c, 20050)
         if how == "revoke inside consume()":
-            c._primary = _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0))
+            swap_primary(c, _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0)))
             deadline = time.monotonic() + 30
             while c._primary.armed:
                 assert time.monotonic() < deadline, "the batch never came"
                 c.consume(100, 0.2)
-            c._primary = c._primary._inner
+            swap_primary(c, c._primary._inner)
         c.assign([TopicPartition(topic, 0)])
         drain(c, lambda ms: any(20050 < m.offset() < 20100 for m in ms))  # the new child
         c.commit(message=held, asynchronous=False)
@@ -921,7 +929,7 @@ def test_first_record_of_a_run_begun_inside_a_hot_path_call_places_the_run(
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     _leave_a_pending_backlog(bs, unique_group, topic)
     c = Consumer(base_conf(bs, unique_group))
-    raw_poll = c._primary_poll
+    raw_poll = c._delivery._primary_poll
     calls = 0
 
     def poll_with_a_rebalance_inside(timeout: float) -> Any:
@@ -939,9 +947,9 @@ def test_first_record_of_a_run_begun_inside_a_hot_path_call_places_the_run(
             raise AssertionError("no record after the assignment")
         return raw_poll(timeout)
 
-    c._primary_poll = poll_with_a_rebalance_inside
+    c._delivery._primary_poll = poll_with_a_rebalance_inside
     try:
-        assert c._steady, "precondition: the call takes the hot path"
+        assert c._delivery.steady, "precondition: the call takes the hot path"
         first = c.poll(1.0)
         assert first is not None and first.offset() == 3130, first
         c.commit(message=first, asynchronous=False)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastrebalance._consumer import _REVOKE_WAIT_S
+from fastrebalance._assigning import REVOKE_WAIT_S
 from fastrebalance._ledger import Ledger
 from fastrebalance._planner import PLAN_BUDGET_S
 from fastrebalance._ranges import RangeSet
@@ -210,7 +210,7 @@ def _clean(final_s: float = 0.01, close_s: float = 0.5) -> list[dict]:
 def test_documented_bounds_and_the_close_limit_derive_from_the_library() -> None:
     assert BOUNDS["consume"] == pytest.approx(0.1 + PLAN_BUDGET_S)
     assert BOUNDS["commit"] == 60.0  # socket.timeout.ms
-    assert BOUNDS["close"] == 2 * 60.0 + _REVOKE_WAIT_S
+    assert BOUNDS["close"] == 2 * 60.0 + REVOKE_WAIT_S
     # the call under way at SIGTERM, the final commit, close(), slack
     assert close_limit(BOUNDS) == 60.0 + 60.0 + 130.0 + 30.0
     assert close_limit(documented_bounds(10.0)) < close_limit(BOUNDS)

@@ -28,6 +28,8 @@ from fastrebalance._ranges import RangeSet
 from fastrebalance._retry import Budget
 from fastrebalance._routing import Epoch
 
+from ..integration.helpers import swap_primary
+
 KEY = ("t", 0)
 
 
@@ -194,17 +196,17 @@ def test_an_assignment_inside_close_is_not_planned() -> None:
         {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.parallel.rebalance": True}
     )
     primary = _CountingPrimary(c._primary)
-    c._primary = c._planner._primary = primary  # type: ignore[assignment]
+    swap_primary(c, primary)
     try:
-        c._closed = True  # what close() sets before librdkafka runs the last callbacks
+        c._assignments.leaving = True  # what close() sets before the last callbacks run
         started = time.monotonic()
-        c._on_assign(primary, [TopicPartition("t", 0)])
+        c._assignments.on_assign(primary, [TopicPartition("t", 0)])
         assert time.monotonic() - started < 1
         assert primary.round_trips == []
         assert c.catchup_status() == {}
     finally:
-        c._primary = c._planner._primary = primary._inner
-        c._closed = False
+        swap_primary(c, primary._inner)
+        c._assignments.leaving = False
         c.close()
 
 
@@ -260,7 +262,7 @@ def _planning_consumer(hang: bool) -> tuple[Consumer, _PlanningPrimary]:
         {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "enable.parallel.rebalance": True}
     )
     primary = _PlanningPrimary(c._primary, hang)
-    c._primary = c._planner._primary = primary  # type: ignore[assignment]
+    swap_primary(c, primary)
     assert c._child is not None
     c._child._handle = _EmptyChildLog()  # type: ignore[assignment]
     return c, primary
@@ -275,14 +277,14 @@ def test_planning_a_large_assignment_reads_watermarks_in_two_round_trips() -> No
         assert primary.round_trips == ["committed", "offsets_for_times", "offsets_for_times"]
         # no token in the group's log: the child's log is not read
         assert c._child._handle.reads == []  # type: ignore[union-attr]
-        plans = [c._plan(key, r, -1001) for key, r in readings.items()]
+        plans = [c._assignments._plan(key, r, -1001) for key, r in readings.items()]
         assert all(p is not None and p.start == 5000 for p in plans)  # fresh data first
         assert all(p is not None and p.ledger.ranges.as_tuple() == ((100, 5000),) for p in plans)
         # Checkpoints to retire: one read of the child's log for all 64.
         c._child.retire_stale({key: (100, 5000) for key in readings}, Budget(5))
         assert c._child._handle.reads == [64]  # type: ignore[union-attr]
     finally:
-        c._primary = c._planner._primary = primary._inner
+        swap_primary(c, primary._inner)
         c.close()
 
 
@@ -303,9 +305,9 @@ def test_planning_on_a_hung_broker_is_bounded_by_one_budget(
         readings = c._planner.read([TopicPartition("t", p) for p in range(32)], Budget(2.0))
         elapsed = time.monotonic() - started
         assert elapsed < 2.0 + 1.0 + 2, elapsed  # the budget, one last read, slack
-        plans = [c._plan(key, r, -1001) for key, r in readings.items()]
+        plans = [c._assignments._plan(key, r, -1001) for key, r in readings.items()]
         assert [p.start for p in plans if p is not None] == [100] * 32
         assert all(p is not None and not p.ledger.ranges for p in plans)
     finally:
-        c._primary = c._planner._primary = primary._inner
+        swap_primary(c, primary._inner)
         c.close()

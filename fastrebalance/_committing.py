@@ -1,0 +1,578 @@
+"""The commit path: a commit call becomes claims, claims change the ledgers, the ledgers
+become the two writes. Plain commits, the emulated auto-commit, store_offsets() and
+exactly-once transactions all go through here, and only here.
+
+    commit(message=m)  ->  claims (_routing: what m's stream handed out before it)
+                       ->  the ledger after them (_commits.apply_change)
+                       ->  the writes: the group's safe offset and token, the child's
+                           checkpoint (_commits.group_write / checkpoint_for)
+                       ->  OffsetCommit (or the producer's transaction)
+
+A commit's data moves down once and the result comes back once; nothing here decides where
+a stream starts (``_assigning``) or what a record is (``_delivery``).
+
+Thread ownership: the user's thread's, like the handles; a synchronous group commit lends
+the primary to a helper thread while the owner waits (``_child.call_bounded``), and the
+auto-commit timer's thread only marks the commit due.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer as _RdConsumer
+
+from ._child import Child, call_bounded
+from ._commits import Change, apply_change, group_write
+from ._config import ParallelConfig
+from ._delivery import Delivery
+from ._ledger import Ledger
+from ._partitions import Key, Partitions
+from ._planner import Planner
+from ._reporting import Reporter
+from ._retry import Budget, call_with_retries
+from ._routing import UNKNOWN_START, Claim
+from ._token import ChildCheckpoint, TokenTooLargeError, encode_child_checkpoint
+from ._transactions import OpenTransaction
+
+__all__ = ["Committer", "plain_abort", "plain_send_offsets", "record_of", "tp"]
+
+log = logging.getLogger("fastrebalance.consumer")
+
+
+def tp(key: Key, offset: int, metadata: str = "") -> TopicPartition:
+    if metadata:
+        return TopicPartition(key[0], key[1], offset, metadata=metadata)
+    return TopicPartition(key[0], key[1], offset)
+
+
+def record_of(message: Message) -> tuple[Key, int]:
+    """The partition and offset of a record the application commits or stores."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if message.error() is not None or topic is None or partition is None or offset is None:
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "not a record: cannot commit"))
+    return (topic, partition), offset
+
+
+def _no_offset() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
+
+
+def _clip(claims: list[Claim], limit: int) -> list[Claim]:
+    """The claims, cut at ``limit``: nothing at or beyond it is claimed."""
+    return [
+        Claim(c.start, min(c.end, limit), c.child, c.exact) for c in claims if c.start < limit
+    ]
+
+
+class Committer:
+    """Claims, the ledgers' changes and both logs' writes, for every kind of commit."""
+
+    def __init__(
+        self,
+        primary: _RdConsumer,
+        child: Child,
+        planner: Planner,
+        partitions: Partitions,
+        delivery: Delivery,
+        reporter: Reporter,
+        settings: ParallelConfig,
+        commit_timeout_s: float,
+    ) -> None:
+        self._primary = primary
+        self._child = child
+        self._planner = planner
+        self._p = partitions
+        self._delivery = delivery
+        self._reporter = reporter
+        self._settings = settings
+        self._commit_timeout_s = commit_timeout_s
+        self._warned_offsets = False
+        self._timer: threading.Timer | None = None
+        self._stopped = False
+        # Exactly-once: each open transaction's claims, by its producer (applied once it
+        # commits), and the stale catch-up checkpoints the next transaction must clear...
+        self._txns: dict[int, OpenTransaction] = {}
+        self.txn_retire: dict[Key, TopicPartition] = {}
+        # ... and which producer's transaction last claimed each partition (a producer per
+        # partition: an abort that claimed nothing rewinds only what may be its own)
+        self._claimed_by: dict[Key, int] = {}
+        self._arm_auto_commit()
+
+    # -- what a call claims -----------------------------------------------------------------
+    def changes(
+        self, messages: Sequence[Message] | None, offsets: list[TopicPartition] | None
+    ) -> dict[Key, Change]:
+        """What a commit of ``messages`` or ``offsets`` (or, with neither, of everything
+        handed out) claims, per partition."""
+        changes: dict[Key, Change] = {}
+        if messages is not None:
+            for message in messages:
+                key, offset = record_of(message)
+                changes.setdefault(key, Change()).claims.append(self._record_claim(key, offset))
+        elif offsets is not None:
+            changes = self._offset_changes(offsets)
+        else:
+            changes = self._handed_changes(list(self._p.assigned))
+        if not changes:  # as librdkafka: nothing consumed, nothing to commit
+            raise _no_offset()
+        return changes
+
+    def _record_claim(self, key: Key, offset: int) -> Claim:
+        history = self._p.history.get(key)
+        if history is None:
+            return Claim(offset, offset + 1, exact=False)
+        self._delivery.observe([key])
+        return history.record_claim(offset)
+
+    def _offset_changes(self, offsets: list[TopicPartition]) -> dict[Key, Change]:
+        """commit(offsets=)/store_offsets(offsets=): each offset is a position of the
+        primary's stream (see _routing.Epoch.position_claim), and a rewind below it."""
+        changes: dict[Key, Change] = {}
+        for t in offsets:
+            if t.offset < 0:
+                continue  # as librdkafka: a logical offset is not committed
+            key = (t.topic, t.partition)
+            change = changes.setdefault(key, Change())
+            change.metadata = t.metadata or ""
+            change.rewind = t.offset
+            history = self._p.history.get(key)
+            if history is None:
+                change.position = t.offset
+                continue
+            self._delivery.observe([key])
+            claim = history.position_claim(t.offset)
+            if claim is not None:
+                change.claims.append(claim)
+            a = self._p.assigned.get(key)
+            if not self._warned_offsets and a is not None and t.offset in a.ledger.ranges:
+                self._warned_offsets = True
+                log.warning(
+                    "%s [%d]: commit(offsets=) at %d, inside a pending backlog range, is a "
+                    "position of the primary's stream (a rewind): it cannot say which backlog "
+                    "records were processed. Commit backlog records with commit(message=), "
+                    "store_offsets(message=) or commit() (logged once)",
+                    *key,
+                    t.offset,
+                )
+        return changes
+
+    def _handed_changes(self, keys: list[Key]) -> dict[Key, Change]:
+        """A bare commit: everything each stream handed out (or, with
+        enable.auto.offset.store=false, what store_offsets() claimed)."""
+        changes: dict[Key, Change] = {}
+        auto_store = self._settings.auto_offset_store
+        limits = self._delivery.transit_limits()
+        if auto_store:
+            self._delivery.observe(keys)
+        for key in keys:
+            a = self._p.assigned.get(key)
+            if a is None:
+                continue
+            if auto_store:
+                claims = a.epoch.handed_claims()
+                if key in limits:
+                    claims = _clip(claims, limits[key])
+                if claims:
+                    changes[key] = Change(claims)
+            elif a.stored:
+                change = changes[key] = Change()
+                change.rewind, change.metadata = a.stored_as
+        return changes
+
+    # -- plain commits -------------------------------------------------------------------------
+    def refuse_outside_transactions(self, what: str) -> None:
+        if self._settings.transactional:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"{what}: parallel.rebalance.transactional=true writes offsets only "
+                    "inside the producer's transaction: use send_offsets_to_transaction()",
+                )
+            )
+
+    def commit(
+        self,
+        message: Message | None,
+        offsets: list[TopicPartition] | None,
+        asynchronous: bool,
+    ) -> list[TopicPartition] | None:
+        if message is not None and offsets is not None:
+            raise KafkaException(
+                KafkaError(KafkaError._INVALID_ARG, "commit() takes message or offsets, not both")
+            )
+        self.refuse_outside_transactions("commit()")
+        changes = self.changes([message] if message is not None else None, offsets)
+        try:
+            return self._write(changes, asynchronous)
+        finally:
+            self._reporter.publish()
+
+    def store_offsets(
+        self, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> None:
+        self.refuse_outside_transactions("store_offsets()")
+        changes: dict[Key, Change]
+        if message is not None:
+            self._primary.store_offsets(message=message)
+            key, offset = record_of(message)
+            changes = {key: Change([self._record_claim(key, offset)])}
+        else:
+            self._primary.store_offsets(offsets=offsets)
+            changes = self._offset_changes(offsets or [])
+        for key, change in changes.items():
+            a = self._p.assigned.get(key)
+            if a is None:
+                continue  # librdkafka stores only for assigned partitions
+            cp = apply_change(a.ledger, change)
+            if cp is not None:
+                a.checkpoint = cp
+            a.stored = True
+            a.stored_as = (change.rewind, change.metadata)
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float | None
+    ) -> list[TopicPartition]:
+        # confluent-kafka's committed() without a timeout waits forever on a hung broker;
+        # ours gives up after socket.timeout.ms
+        seconds = timeout if timeout is not None and timeout >= 0 else self._commit_timeout_s
+        keys = [(t.topic, t.partition) for t in partitions]
+        errors: dict[Key, TopicPartition] = {}
+        restored = self._planner.read_logs(keys, Budget(seconds), errors)
+        out = []
+        for key in keys:
+            if key in errors:  # confluent-kafka's own answer, its error included
+                out.append(errors[key])
+                continue
+            r = restored.get(key)
+            safe = r.safe_offset if r is not None else None
+            metadata = r.user_metadata if r is not None else ""
+            out.append(tp(key, -1001 if safe is None else safe, metadata))
+        return out
+
+    # -- the emulated auto-commit -------------------------------------------------------------
+    def auto_commit(self, keys: list[Key], group: bool = True) -> None:
+        """librdkafka's auto-commit, emulated (its own would store the primary's position,
+        past the backlog): asynchronous, so a revoke or an unassign on a hung broker is
+        not held up, and unchanged partitions are not written again."""
+        changes = self._handed_changes(keys)
+        if not changes:
+            return
+        try:
+            self._write(changes, asynchronous=True, group=group, only_changed=True, read=False)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("automatic commit failed (offsets stay safe, records may repeat): %s", exc)
+        self._reporter.publish()
+
+    def tick_auto_commit(self) -> None:
+        self._delivery.due = False
+        self._arm_auto_commit()
+        # Positions read before this poll fetches anything: the records they cover
+        # were returned by earlier calls, so the application is done with them.
+        self.auto_commit(list(self._p.assigned))
+
+    def _arm_auto_commit(self) -> None:
+        """The emulated auto-commit's schedule: a timer marks it due, so that the hot
+        path reads no clock; the next poll()/consume() then takes the slow path."""
+        if not self._settings.auto_commit or self._stopped:
+            return
+        if self._settings.auto_commit_interval_s <= 0:
+            # librdkafka: "0 = disable" the periodic commit; those on revoke, unassign()
+            # and close() remain
+            return
+        timer = threading.Timer(self._settings.auto_commit_interval_s, self._delivery.mark_due)
+        timer.daemon = True
+        timer.name = "fastrebalance-auto-commit"
+        self._timer = timer
+        timer.start()
+
+    def stop(self) -> None:
+        """No more periodic commits (close())."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+    # -- the writes ----------------------------------------------------------------------------
+    def _write(
+        self,
+        changes: dict[Key, Change],
+        asynchronous: bool,
+        group: bool = True,
+        only_changed: bool = False,
+        read: bool = True,
+    ) -> list[TopicPartition] | None:
+        """Apply ``changes`` and write both logs: the child's checkpoints (asynchronously:
+        the group's token carries the same progress), then the group's safe offsets.
+
+        A partition not assigned here (revoked, lost, never ours, or not planned yet) is
+        written only after reading what the group stores (``read``); automatic commits
+        skip it instead (never a round trip inside a rebalance callback or a poll())."""
+        budget = Budget(self._commit_timeout_s)
+        assigned = self._p.assigned
+        ledgers: dict[Key, Ledger] = {k: assigned[k].ledger for k in changes if k in assigned}
+        unknown = [k for k in changes if k not in assigned]
+        if unknown and read:
+            # Not ours: what the group stores is read first, so the write keeps every
+            # pending range it holds.
+            for key, restored in self._planner.read_logs(unknown, budget).items():
+                ledgers[key] = restored.ledger()
+        checkpoints: dict[Key, ChildCheckpoint] = {}
+        writes = []
+        max_bytes = self._settings.metadata_max_bytes
+        for key, change in changes.items():
+            ledger = ledgers.get(key)
+            if ledger is None:
+                continue
+            cp = apply_change(ledger, change)
+            a = assigned.get(key)
+            if a is not None:
+                cp = cp or a.checkpoint
+                a.checkpoint = None
+            if cp is not None:
+                checkpoints[key] = cp
+            gw = group_write(ledger, change.metadata, max_bytes, change.rewind)
+            if gw is None:
+                continue
+            if gw.coalesced is not None:
+                log.info(
+                    "%s [%d]: %d pending ranges coalesced to %d to fit %d bytes of metadata",
+                    key[0],
+                    key[1],
+                    len(ledger.ranges),
+                    len(gw.coalesced),
+                    max_bytes,
+                )
+                ledger.pend(gw.coalesced)
+                self._child.refresh(key)
+                self._reporter.coalescings += 1
+            if a is not None:
+                self._reporter.note_token(key, gw.metadata)
+            if only_changed and a is not None and a.written == (gw.offset, gw.metadata):
+                continue
+            writes.append((key, gw.offset, gw.metadata))
+        if checkpoints:
+            self._child.commit(checkpoints)
+        if not group:
+            return None
+        if not writes:
+            return None if asynchronous else []
+        offsets = [tp(k, offset, metadata) for k, offset, metadata in writes]
+        try:
+            result = self._commit_group(offsets, asynchronous, budget)
+        except KafkaException:
+            self._reporter.group_commit_failures += 1
+            raise
+        for key, offset, metadata in writes:
+            a = assigned.get(key)
+            if a is not None:
+                a.written = (offset, metadata)
+                a.stored, a.stored_as = False, (None, "")
+        return result
+
+    def _commit_group(
+        self, offsets: list[TopicPartition], asynchronous: bool, budget: Budget
+    ) -> list[TopicPartition] | None:
+        if asynchronous:
+            self._primary.commit(offsets=offsets, asynchronous=True)
+            return None
+
+        def commit() -> list[TopicPartition] | None:
+            return call_with_retries(
+                lambda: self._primary.commit(offsets=offsets, asynchronous=False),
+                max_seconds=budget.remaining(),
+            )
+
+        # librdkafka queues an OffsetCommit until a coordinator answers: the wait is ours.
+        return call_bounded(commit, budget.request_timeout(self._commit_timeout_s), "commit")
+
+    # -- exactly-once ---------------------------------------------------------------------------
+    def in_open_txn(self, key: Key) -> bool:
+        return any(key in txn.claims for txn in self._txns.values())
+
+    def send_offsets_to_transaction(
+        self,
+        producer: Any,
+        messages: Sequence[Message] | None,
+        offsets: list[TopicPartition] | None,
+        timeout: float | None,
+    ) -> None:
+        if not self._settings.transactional:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    "send_offsets_to_transaction() needs parallel.rebalance.transactional="
+                    "true (and enable.auto.commit=false): offsets must travel only in "
+                    "transactions",
+                )
+            )
+        args = (timeout if timeout is not None else self._commit_timeout_s,)
+        txn = self._txns.get(id(producer))
+        if txn is None:
+            txn = OpenTransaction(producer)
+        changes = self.changes(messages, offsets)
+        group_offsets: list[TopicPartition] = []
+        child_offsets: dict[Key, TopicPartition] = {}
+        staged: list[tuple[Key, Ledger, Change]] = []
+        for key, change in changes.items():
+            a = self._p.assigned.get(key)
+            if a is None:
+                why = (
+                    "is not planned yet (its commit logs could not be read: an open "
+                    "transaction holds offsets for the group), so nothing of it was handed out"
+                    if key in self._p.deferred
+                    else "is not assigned to this member: its records belong to its new "
+                    "owner (commit the transaction in on_revoke)"
+                )
+                raise KafkaException(KafkaError(KafkaError._STATE, f"{key[0]} [{key[1]}] {why}"))
+            if any(t is not txn and key in t.claims for t in self._txns.values()):
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._STATE,
+                        f"{key[0]} [{key[1]}] has offsets in another open transaction (another "
+                        "producer's): two transactions claiming records of one partition "
+                        "cannot both be exact. Commit or abort that one first "
+                        "(abort_transaction() also forgets a producer that failed fatally)",
+                    )
+                )
+            view = txn.view(key, a.ledger)
+            cp = apply_change(view, change)
+            try:
+                gw = group_write(
+                    view, change.metadata, self._settings.metadata_max_bytes, change.rewind, True
+                )
+            except TokenTooLargeError as exc:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError.OFFSET_METADATA_TOO_LARGE,
+                        f"{key[0]} [{key[1]}]: {exc}; exactly-once cannot coalesce the range "
+                        "token (processed records would be read again): commit in smaller "
+                        "transactions, in order, or raise parallel.rebalance.metadata.max.bytes",
+                    )
+                ) from exc
+            if gw is not None:
+                group_offsets.append(tp(key, gw.offset, gw.metadata))
+            if cp is not None:
+                child_offsets[key] = TopicPartition(
+                    key[0], key[1], cp.offset, metadata=encode_child_checkpoint(cp)
+                )
+            staged.append((key, a.ledger, change))
+        retire = {k: t for k, t in self.txn_retire.items() if k not in child_offsets}
+        child_offsets.update(retire)
+        # The user's group first: a zombie's commit fails there (its generation is
+        # stale), and the application aborts before anything else is sent.
+        if group_offsets:
+            producer.send_offsets_to_transaction(
+                group_offsets, self._primary.consumer_group_metadata(), *args
+            )
+        if child_offsets:
+            producer.send_offsets_to_transaction(
+                list(child_offsets.values()), self._child.group_metadata(), *args
+            )
+        for key, ledger, change in staged:
+            txn.stage(key, ledger, change)
+            self._claimed_by[key] = id(producer)
+        txn.retired.update(child_offsets)
+        self._txns[id(producer)] = txn
+
+    def commit_transaction(self, producer: Any, timeout: float | None) -> None:
+        if timeout is None:
+            producer.commit_transaction()
+        else:
+            producer.commit_transaction(timeout)
+        txn = self._txns.pop(id(producer), None)
+        if txn is None:
+            return
+        txn.settle()
+        for key in txn.retired:
+            self.txn_retire.pop(key, None)
+        self._reporter.publish()
+
+    def abort_transaction(
+        self, producer: Any, timeout: float | None, messages: Sequence[Message] | None
+    ) -> None:
+        txn = self._txns.pop(id(producer), None)
+        try:
+            if timeout is None:
+                producer.abort_transaction()
+            else:
+                producer.abort_transaction(timeout)
+        finally:
+            if messages is not None:
+                keys = list(dict.fromkeys(record_of(m)[0] for m in messages))
+            elif txn is not None and txn.claims:
+                keys = list(txn.claims)
+            else:
+                mine = id(producer)
+                keys = [
+                    k
+                    for k in self._p.assigned
+                    if not self.in_open_txn(k) and self._claimed_by.get(k, mine) == mine
+                ]
+            self._rewind_to_ledgers(keys)
+
+    def _rewind_to_ledgers(self, keys: list[Key]) -> None:
+        """Deliver again what the ledgers do not count processed (an aborted or lost
+        transaction): the primary from its ledger's position, the child from the first
+        pending piece. With nothing committed, the primary goes back to its first record
+        of this assignment: nothing before it was handed out."""
+        assigned = self._p.assigned
+        keys = [k for k in keys if k in assigned]
+        self._delivery.observe(keys)
+        for key in keys:
+            a = assigned[key]
+            if a.ledger.position is not None:
+                target = a.ledger.position
+            else:
+                target = a.epoch.primary[0].start
+                if target == UNKNOWN_START:
+                    continue  # no record yet: nothing to deliver again
+            try:
+                self._delivery.seek(tp(key, target))
+            except KafkaException as exc:
+                # revoked meanwhile (the rebalance is served by the next poll): the next
+                # owner starts from the committed logs anyway
+                log.info("%s [%d]: not sought back after the abort: %s", *key, exc)
+                continue
+            if a.ledger.ranges:
+                self._child.start(key, a.ledger, a.epoch)
+        self._delivery.recheck()
+
+
+# -- the mode off: confluent-kafka's own exactly-once loop -----------------------------------
+def plain_send_offsets(
+    primary: _RdConsumer,
+    producer: Any,
+    messages: Sequence[Message] | None,
+    offsets: list[TopicPartition] | None,
+    timeout: float | None,
+) -> None:
+    """Positions of the consumer, as confluent-kafka's loop sends them."""
+    if messages is not None:
+        ends: dict[Key, int] = {}
+        for m in messages:
+            key, offset = record_of(m)
+            ends[key] = max(ends.get(key, 0), offset + 1)
+        offsets = [tp(k, o) for k, o in ends.items()]
+    elif offsets is None:
+        offsets = primary.position(primary.assignment())
+    producer.send_offsets_to_transaction(
+        offsets, primary.consumer_group_metadata(), timeout if timeout is not None else 30.0
+    )
+
+
+def plain_abort(primary: _RdConsumer, producer: Any, timeout: float | None) -> None:
+    """As Apache Kafka's exactly-once example, back to the committed offsets, and to the
+    beginning where the group never committed (where this consumer began is not recorded
+    with the mode off)."""
+    if timeout is None:
+        producer.abort_transaction()
+    else:
+        producer.abort_transaction(timeout)
+    for t in primary.committed(primary.assignment(), timeout=30.0):
+        if t.offset < 0:
+            t.offset = OFFSET_BEGINNING
+        primary.seek(t)

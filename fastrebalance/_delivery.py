@@ -1,0 +1,452 @@
+"""Records in: poll()/consume() merge the primary's fresh stream and the child's backlog,
+and what the primary handed out is read off its position when a commit needs it.
+
+**The hot path.** While no range is being read, no run waits for its first record, no
+partition waits to be planned and no auto-commit is due (every call in steady state),
+``poll()`` and ``consume()`` are the primary's own calls behind one flag, ``steady``: no
+clock is read (the auto-commit timer clears the flag from its thread). ``poll()`` takes a
+queued record with ``poll(0)`` before it looks at the timeout; a wait is cut into slices,
+so that a catch-up started by a rebalance inside it is served at once.
+
+**Merging.** Off the hot path the primary comes first (fresh records keep steady-state
+latency), but at least one record in ``CHILD_SHARE`` comes from the child while it has
+records. A ``consume()`` makes one call on the primary, then one on the child, and returns:
+a record is never held while another call that could run a rebalance callback is made.
+
+Thread ownership: the primary and child handles are the user's thread's (see
+``_consumer``); ``steady`` and ``due`` are also written by the auto-commit timer's thread
+(bool stores that only ever send the next call down the slow path), and the in-transit
+counter by an asyncio wrapper's event loop thread (under its lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer as _RdConsumer
+
+from ._child import Child
+from ._config import ParallelConfig
+from ._partitions import Assigned, Key, Partitions
+from ._routing import UNKNOWN_START
+
+__all__ = ["CHILD_SHARE", "Delivery"]
+
+log = logging.getLogger("fastrebalance.consumer")
+
+#: While both streams have records, at least one delivered record in this many
+#: comes from the child: fresh records keep priority, the backlog never starves.
+CHILD_SHARE = 8
+#: Longest single wait on the primary while the child may have records, seconds.
+_SLICE_S = 0.01
+#: Longest single wait on the primary when the child is idle: a rebalance inside
+#: that wait may start a catch-up, which must not wait for the user's whole timeout.
+IDLE_SLICE_S = 0.2
+
+
+def _after_a_slice(timeout: float) -> float:
+    """What is left of a timeout once a whole idle slice went by with nothing.
+
+    librdkafka's poll()/consume() come back empty only when their timeout is over (or
+    when a callback yields, earlier): so at most this much is left, never more, and the
+    hot path reads no clock to know it."""
+    return timeout if timeout < 0 else max(timeout - IDLE_SLICE_S, 0.0)
+
+
+def _transit_entries(got: Any) -> list[tuple[str, int, int]]:
+    msgs = got if isinstance(got, list) else () if got is None else (got,)
+    return [(m.topic(), m.partition(), m.offset()) for m in msgs if m.error() is None]
+
+
+class Delivery:
+    """poll()/consume() over both streams, and what each stream handed out."""
+
+    def __init__(
+        self,
+        primary: _RdConsumer,
+        child: Child,
+        partitions: Partitions,
+        settings: ParallelConfig,
+        between_calls: Callable[[float], None],
+    ) -> None:
+        self._primary = primary
+        self._primary_poll = primary.poll
+        self._child = child
+        self._p = partitions
+        self._settings = settings
+        #: work done before each slice off the hot path (auto-commit, metrics, deferred
+        #: plans), given the time
+        self._between_calls = between_calls
+        self._fair = 0
+        # The child's partitions being read (its own dict, shared): empty in steady state.
+        self._reading = child._cursors
+        #: True while no range is being read, nothing waits and no auto-commit is due.
+        #: Exactly-once stays off it: an abort goes back to the first record of a
+        #: partition that never committed, and only the slow path sees every first record.
+        self.steady = not settings.transactional
+        self.due = False
+        #: True while librdkafka's position() may count records the application has not
+        #: been handed: inside the primary's consume() (records collected for the batch),
+        #: and while close() drains the last rebalance (records fetched, then dropped).
+        self.untrusted_position = False
+        # Records handed to a wrapper (fastrebalance.aio) that has not given them to the
+        # application yet, counted per (topic, partition, offset): no bare commit claims
+        # them. Added by the thread making the call, removed by the wrapper's event loop
+        # thread: hence the lock.
+        self._in_transit: Counter[tuple[str, int, int]] = Counter()
+        self._transit_lock = threading.Lock()
+
+    # -- the hot-path flag ----------------------------------------------------------------
+    def mark_due(self) -> None:
+        # the auto-commit timer's thread: two bool stores, in this order (see recheck)
+        self.due = True
+        self.steady = False
+
+    def recheck(self) -> None:
+        """Whether the next call may take the hot path (this thread, after anything that
+        may start or end a catch-up). ``steady`` is written before ``due`` is read, so a
+        timer firing meanwhile always leaves it False."""
+        p = self._p
+        self.steady = not (
+            self._reading or p.unresolved or p.deferred or self._settings.transactional
+        )
+        if self.due:
+            self.steady = False
+
+    # -- poll() ---------------------------------------------------------------------------
+    def poll(self, timeout: float | None = None) -> Message | None:
+        # The hot path in one frame (see the module docstring).
+        if self.steady:
+            m = self._primary_poll(0)
+            if m is None:
+                if not self.steady:  # a rebalance callback inside that call began a catch-up
+                    return self._poll_slow(timeout)
+                if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
+                    m = self._primary_poll(timeout)
+                    if m is None:
+                        return None
+                else:
+                    m = self._primary_poll(IDLE_SLICE_S)
+                    if m is None:
+                        return self._poll_slow(
+                            timeout if timeout is None else _after_a_slice(timeout)
+                        )
+            # A rebalance callback inside the call may have begun a run of unknown start:
+            # m may be its first record, which says where it starts.
+            if self._p.unresolved:
+                self._resolve([m])
+            return m
+        return self._poll_slow(timeout)
+
+    def _poll_slow(self, timeout: float | None) -> Message | None:
+        # Each step returns as soon as it has a record: a record is never held while
+        # another call that may run a rebalance callback is made.
+        try:
+            return self._poll_slices(self._child, timeout)
+        finally:
+            self.recheck()
+
+    def _poll_slices(self, child: Child, timeout: float | None) -> Message | None:
+        now = time.monotonic()
+        deadline = None if timeout is None or timeout < 0 else now + timeout
+        while True:
+            self._between_calls(now)
+            if child.active:
+                if self._fair >= CHILD_SHARE:
+                    got = child.consume(1)
+                    if got:
+                        self._fair = 0
+                        return got[0]
+                m = self._admit(self._primary.poll(0))
+                if m is not None:
+                    self._fair += 1
+                    if self._p.unresolved:
+                        self._resolve([m])
+                    return m
+                got = child.consume(1)
+                if got:
+                    self._fair = 0
+                    return got[0]
+                wait = _SLICE_S
+            else:
+                wait = IDLE_SLICE_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                wait = min(wait, remaining)
+            m = self._admit(self._primary.poll(wait))
+            if m is not None:
+                self._fair += 1
+                if self._p.unresolved:
+                    self._resolve([m])
+                return m
+            now = time.monotonic()
+
+    # -- consume() ------------------------------------------------------------------------
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        # The hot path, as in poll(): a batch is returned when it is full or a slice ends
+        # with records in it, as the slow path does.
+        if self.steady:
+            if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
+                return self._batch(num_messages, timeout)
+            msgs = self._batch(num_messages, IDLE_SLICE_S)
+            if msgs:
+                return msgs
+            if timeout is not None:
+                timeout = _after_a_slice(timeout)
+        return self._consume_slow(num_messages, timeout)
+
+    def _batch(self, num: int, timeout: float) -> list[Message]:
+        """The primary's consume(). A rebalance callback inside it sees a position()
+        that counts records collected for this batch, so it must not trust it; records
+        of partitions revoked inside it are not returned (the new owner reads them)."""
+        self.untrusted_position = True
+        try:
+            msgs = self._primary.consume(num, timeout)
+        finally:
+            self.untrusted_position = False
+        p = self._p
+        if p.revoked_in_call:
+            gone, p.revoked_in_call = p.revoked_in_call, set()
+            msgs = [m for m in msgs if (m.topic(), m.partition()) not in gone]
+        if p.deferred:
+            msgs = [m for m in msgs if (m.topic(), m.partition()) not in p.deferred]
+        if p.unresolved:
+            self._resolve(msgs)
+        return msgs
+
+    def _consume_slow(self, num: int, timeout: float | None) -> list[Message]:
+        if not isinstance(num, int) or num < 1:
+            # let confluent-kafka raise its own error for bad arguments
+            return self._primary.consume(num, 0)
+        try:
+            return self._consume_slices(self._child, num, timeout)
+        finally:
+            self.recheck()
+
+    def _consume_slices(self, child: Child, num: int, timeout: float | None) -> list[Message]:
+        now = time.monotonic()
+        deadline = None if timeout is None or timeout < 0 else now + timeout
+        while True:
+            self._between_calls(now)
+            if child.active:
+                # One call on the primary (which may run a rebalance callback), then the
+                # child's: never back to the primary while records are held for the batch.
+                reserve = num // CHILD_SHARE
+                if reserve == 0 and self._fair >= CHILD_SHARE:
+                    reserve = 1
+                fresh = self._batch(num - reserve, 0) if num > reserve else []
+                backlog = child.consume(num - len(fresh))
+                if backlog:
+                    self._fair = 0
+                elif fresh:
+                    self._fair += 1
+                if fresh or backlog:
+                    return fresh + backlog
+                wait = _SLICE_S
+            else:
+                wait = IDLE_SLICE_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                wait = min(wait, remaining)
+            msgs = self._batch(num, wait)
+            if msgs:
+                self._fair += 1
+                return msgs
+            now = time.monotonic()
+
+    # -- records that are not handed out, or tell where a run starts ------------------------
+    def _admit(self, m: Message | None) -> Message | None:
+        """A record of the primary's, unless it belongs to a deferred partition (paused
+        at once, so nothing should come; whatever does is not handed out: nothing of the
+        partition is until it is planned and sought)."""
+        deferred = self._p.deferred
+        if m is not None and deferred and (m.topic(), m.partition()) in deferred:
+            return None
+        return m
+
+    def _resolve(self, msgs: list[Message]) -> None:
+        """The first record of a run of unknown start is where it begins (see
+        ``Epoch.resolve``)."""
+        p = self._p
+        for m in msgs:
+            key = (m.topic(), m.partition())
+            if key not in p.unresolved or m.error() is not None:
+                continue
+            offset = m.offset()
+            a = p.assigned.get(key)
+            if a is not None and offset is not None:
+                a.epoch.resolve(offset)
+                p.unresolved.discard(key)
+        if not p.unresolved:
+            self.recheck()
+
+    # -- what the primary handed out --------------------------------------------------------
+    def observe(self, keys: Iterable[Key], leaving: bool = False) -> None:
+        """Record in each assigned partition's live primary run what librdkafka's position
+        says the primary handed out (the hot path records nothing per record). Inside a
+        consume() batch the position also counts records collected for the batch, so there
+        it is only an upper bound of what was handed out. ``leaving``: the partition leaves
+        the assignment, and librdkafka may already have forgotten its position (-1001 in a
+        revoke callback): the run may then reach the log end it had fetched up to."""
+        assigned = self._p.assigned
+        keys = [k for k in keys if k in assigned]
+        if not keys:
+            return
+        try:
+            tps = self._primary.position([TopicPartition(*k) for k in keys])
+        except (KafkaException, RuntimeError):
+            tps = [TopicPartition(k[0], k[1], -1001) for k in keys]
+            leaving = True
+        for tp in tps:
+            key = (tp.topic, tp.partition)
+            a = assigned.get(key)
+            if a is None:
+                continue
+            live = a.epoch.live
+            if live.stale is not None:
+                if tp.offset == live.stale:
+                    tp.offset = -1001  # the previous assignment's: nothing known of this one
+                else:
+                    live.stale = None  # this run's own positions from here on
+            if tp.offset < 0:
+                if leaving:
+                    live.widen(self._fetched_up_to(key))
+                continue  # nothing consumed yet: nothing handed out
+            if tp.offset < live.next and live.start != UNKNOWN_START:
+                self._reset_underneath(key, a, tp.offset)
+                continue
+            if self.untrusted_position:
+                live.widen(tp.offset)
+            else:
+                live.advance(tp.offset)
+
+    def _reset_underneath(self, key: Key, a: Assigned, position: int) -> None:
+        """The primary's position went back with no seek: librdkafka reset it because its
+        offset left the log (the topic was deleted and recreated, the log truncated by an
+        unclean leader election). The offsets it had handed out name records of a log that
+        is gone; what the log holds now is unprocessed, from its start. So the ledger is
+        rewound to it (the pending ranges, offsets of the old log, go too) and the
+        primary's stream starts again where the reset put it: every claim from here is of
+        the new log. Before this, commits kept the old log's position (400 on a log that
+        now ended at 100): a restart skipped the next 300 records (adversary round 6)."""
+        low = 0
+        with contextlib.suppress(KafkaException, RuntimeError):
+            low = max(self._primary.get_watermark_offsets(TopicPartition(*key), cached=True)[0], 0)
+        low = min(low, position)
+        log.warning(
+            "%s [%d]: the primary's position went back from %d to %d with no seek (topic "
+            "recreated? log truncated?): everything from offset %d is unprocessed again",
+            *key,
+            a.epoch.live.next,
+            position,
+            low,
+        )
+        a.ledger.rewind(low)
+        self._child.refresh(key)
+        # where the reset put the primary: the log start with auto.offset.reset=earliest;
+        # otherwise the log end then, which is not known here: from where it is now
+        restart = low if self._settings.reset_offset == OFFSET_BEGINNING else position
+        a.epoch.seek(restart)
+        a.epoch.live.advance(position)
+        self._p.history[key].trim(a.epoch)
+
+    def _fetched_up_to(self, key: Key) -> int | None:
+        """An upper bound of what the primary fetched: the log end it last saw."""
+        try:
+            _, high = self._primary.get_watermark_offsets(TopicPartition(*key), cached=True)
+        except (KafkaException, RuntimeError):
+            return None
+        return high if high >= 0 else None
+
+    def note_stale_positions(self, keys: list[Key]) -> None:
+        """Right after assign(), librdkafka's position() may still report where the
+        partition's previous assignment had got to (seen with plain confluent-kafka too):
+        nothing of the new assignment was handed out yet, so any position now is that
+        one, and observing it later must not credit the new run with it."""
+        try:
+            tps = self._primary.position([TopicPartition(*k) for k in keys])
+        except (KafkaException, RuntimeError):
+            return
+        for tp in tps:
+            a = self._p.assigned.get((tp.topic, tp.partition))
+            if a is not None and tp.offset >= 0:
+                a.epoch.live.stale = tp.offset
+
+    def seek(self, partition: TopicPartition) -> None:
+        """Seek the primary; its stream starts a new run there."""
+        key = (partition.topic, partition.partition)
+        p = self._p
+        if key in p.deferred:
+            # not planned yet: the seek is where its plan will start (the application's
+            # own start, as in assign())
+            p.deferred[key] = partition.offset
+            return
+        a = p.assigned.get(key)
+        if a is not None:
+            self.observe([key])
+        self._primary.seek(partition)
+        if a is None:
+            return
+        offset = partition.offset
+        if offset < 0:
+            low, high = -1, -1
+            with contextlib.suppress(KafkaException):
+                low, high = self._primary.get_watermark_offsets(
+                    TopicPartition(*key), cached=True
+                )
+            if offset == -1:  # OFFSET_END
+                offset = max(high, a.epoch.floor)
+            elif offset == OFFSET_BEGINNING:
+                offset = max(low, 0)  # a low mark only rises: never above the real start
+            else:
+                # where librdkafka lands is not known here: the run starts at its first
+                # record (a guess, such as F, could credit it with the child's backlog)
+                offset = UNKNOWN_START
+        a.epoch.seek(offset)
+        p.history[key].trim(a.epoch)
+        if a.epoch.unresolved:
+            p.unresolved.add(key)
+            self.recheck()
+
+    # -- records handed to a wrapper (fastrebalance.aio) ---------------------------------------
+    def hand(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """poll() or consume() for a wrapper that hands the records on later (the asyncio
+        twin, whose awaiting caller may be cancelled meanwhile): until ``received()``
+        says the application has them, no bare commit or auto-commit claims them."""
+        got = call(*args, **kwargs)
+        entries = _transit_entries(got)
+        if entries:
+            with self._transit_lock:
+                self._in_transit.update(entries)
+        return got
+
+    def received(self, got: Any) -> None:
+        """The application has the records ``hand()`` returned (any thread)."""
+        entries = _transit_entries(got)
+        if entries:
+            with self._transit_lock:
+                self._in_transit.subtract(entries)
+                for entry in entries:
+                    if self._in_transit[entry] <= 0:
+                        del self._in_transit[entry]
+
+    def transit_limits(self) -> dict[Key, int]:
+        """Per partition, the lowest offset handed to a wrapper but not yet received."""
+        limits: dict[Key, int] = {}
+        if self._in_transit:
+            with self._transit_lock:
+                for topic, partition, offset in self._in_transit:
+                    key = (topic, partition)
+                    limits[key] = min(offset, limits.get(key, offset))
+        return limits
