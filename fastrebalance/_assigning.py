@@ -28,6 +28,7 @@ from ._child import Child
 from ._committing import Committer, tp
 from ._config import ParallelConfig
 from ._delivery import Delivery
+from ._groupcatchup import GroupCatchup
 from ._ledger import Ledger
 from ._partitions import Key, Partitions
 from ._planner import PLAN_BUDGET_S, UNKNOWN_PARTITION, Planner, Reading
@@ -77,7 +78,9 @@ class Assignments:
         committer: Committer,
         reporter: Reporter,
         settings: ParallelConfig,
+        group: GroupCatchup | None = None,
     ) -> None:
+        self._group = group
         self._owner = owner  # what the application's rebalance callbacks receive
         self._primary = primary
         self._child = child
@@ -285,7 +288,10 @@ class Assignments:
                 catchups.append((key, plan.ledger, epoch))
             if plan.caught_up is not None:
                 added[key] = plan.caught_up
-        if catchups:
+        if catchups and self._group is not None:
+            # group-wide: the backlog is offered in chunks, read by whoever claims them
+            self._group.own((key, ledger) for key, ledger, _ in catchups)
+        elif catchups:
             self._child.start_all(catchups)
         if added:
             # After the fetches started (they overlap these round trips), before anything
@@ -380,7 +386,11 @@ class Assignments:
             )
         for k in keys:
             self._reporter.token_bytes.pop(k, None)
-        self._child.forget(keys)
+        if self._group is not None:
+            # the child's cursors are the helper's chunks, whoever owns their partition
+            self._group.disown(keys)
+        else:
+            self._child.forget(keys)
         self._delivery.recheck()
         self._reporter.publish()
 

@@ -30,6 +30,7 @@ from ._child import Child, call_bounded
 from ._commits import Change, apply_change, group_write
 from ._config import ParallelConfig
 from ._delivery import Delivery
+from ._groupcatchup import GroupCatchup
 from ._ledger import Ledger
 from ._partitions import Key, Partitions
 from ._planner import Planner
@@ -82,7 +83,9 @@ class Committer:
         reporter: Reporter,
         settings: ParallelConfig,
         commit_timeout_s: float,
+        group: GroupCatchup | None = None,
     ) -> None:
+        self._group = group
         self._primary = primary
         self._child = child
         self._planner = planner
@@ -206,17 +209,66 @@ class Committer:
                 KafkaError(KafkaError._INVALID_ARG, "commit() takes message or offsets, not both")
             )
         self.refuse_outside_transactions("commit()")
-        changes = self.changes([message] if message is not None else None, offsets)
+        helped = False
+        if self._group is not None and offsets is None:
+            helped = self._commit_chunks(message, asynchronous)
+            if helped and message is not None:
+                self._reporter.publish()
+                return None if asynchronous else []
+        try:
+            changes = self.changes([message] if message is not None else None, offsets)
+        except KafkaException as exc:
+            if helped and exc.args[0].code() == KafkaError._NO_OFFSET:
+                return None if asynchronous else []  # only chunk records were handed out
+            raise
         try:
             return self._write(changes, asynchronous)
         finally:
             self._reporter.publish()
+
+    # -- group-wide catch-up: chunk records are committed in the helper's own path ------------
+    def _commit_chunks(self, message: Message | None, asynchronous: bool) -> bool:
+        """Commit what the application processed of chunks this member read for the group
+        (never into the group's log: their partitions are another member's, or this one's
+        own offsets move only by the claims log's done). True if there was any."""
+        group = self._group
+        assert group is not None
+        if message is not None:
+            mine, _ = group.split([message])
+        else:
+            mine = group.handed(self._delivery.transit_limits())
+        if mine:
+            group.commit(mine, not asynchronous, self._commit_timeout_s)
+        return bool(mine)
+
+    def commit_helped(self) -> None:
+        """The emulated auto-commit's part for chunk records (and close()'s)."""
+        if self._group is not None:
+            self._commit_chunks(None, asynchronous=True)
+
+    def write_absorbed(self, keys: list[Key]) -> None:
+        """Chunks of these partitions are done (the claims log says so) and left their
+        ledgers: write the group's offset and token now, asynchronously, as the auto-commit
+        would (nothing is claimed here; the ledger already holds the change)."""
+        changes = {k: Change() for k in keys if k in self._p.assigned}
+        if not changes:
+            return
+        try:
+            self._write(changes, asynchronous=True, only_changed=True, read=False)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("group commit after done chunks failed (offsets stay safe): %s", exc)
+        self._reporter.publish()
 
     def store_offsets(
         self, message: Message | None, offsets: list[TopicPartition] | None
     ) -> None:
         self.refuse_outside_transactions("store_offsets()")
         changes: dict[Key, Change]
+        if self._group is not None and message is not None:
+            mine, _ = self._group.split([message])
+            if mine:
+                self._group.stage(mine)
+                return
         if message is not None:
             self._primary.store_offsets(message=message)
             key, offset = record_of(message)
@@ -274,6 +326,7 @@ class Committer:
         # Positions read before this poll fetches anything: the records they cover
         # were returned by earlier calls, so the application is done with them.
         self.auto_commit(list(self._p.assigned))
+        self.commit_helped()
 
     def _arm_auto_commit(self) -> None:
         """The emulated auto-commit's schedule: a timer marks it due, so that the hot

@@ -23,7 +23,20 @@ THRESHOLD_KEY = "parallel.rebalance.lag.threshold"
 CATCHUP_GROUP_KEY = "parallel.rebalance.catchup.group.id"
 METADATA_MAX_KEY = "parallel.rebalance.metadata.max.bytes"
 TRANSACTIONAL_KEY = "parallel.rebalance.transactional"
+GROUP_KEY = "parallel.rebalance.group.catchup"
+CLAIM_TIMEOUT_KEY = "parallel.rebalance.group.claim.timeout.ms"
+CHUNK_KEY = "parallel.rebalance.group.chunk.records"
+CLAIMS_TOPIC_KEY = "parallel.rebalance.group.claims.topic"
 _PREFIX = "parallel.rebalance."
+
+#: A member's chunks are free again this long (log time) after its last record in the
+#: claims log: a dead member's backlog is read again after at most about this long.
+DEFAULT_CLAIM_TIMEOUT_MS = 10_000
+#: Records per chunk: about 0.5 s of reading at 50 us of work per record; small enough
+#: that three members share a 300k backlog evenly, large enough that the claims log sees
+#: a few records per second.
+DEFAULT_CHUNK_RECORDS = 10_000
+CLAIMS_TOPIC_SUFFIX = ".catchup.claims"
 
 #: Catch-up starts when log end - committed exceeds this many records. Below ~1000
 #: records replaying costs milliseconds at Kafka speeds, while a catch-up costs a
@@ -48,6 +61,21 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
         "false",
         "true or false: offsets travel only in the producer's transactions "
         "(send_offsets_to_transaction); requires enable.auto.commit=false",
+    ),
+    GROUP_KEY: (
+        "false",
+        "true or false: every member's child helps read any partition's backlog, in "
+        "chunks claimed through the claims topic; requires enable.parallel.rebalance=true, "
+        "refused with parallel.rebalance.transactional=true",
+    ),
+    CLAIM_TIMEOUT_KEY: (
+        str(DEFAULT_CLAIM_TIMEOUT_MS),
+        "an integer from 1000 to 600000 (ms of the claims log's own time)",
+    ),
+    CHUNK_KEY: (str(DEFAULT_CHUNK_RECORDS), "an integer from 100 to 100000000 (offsets)"),
+    CLAIMS_TOPIC_KEY: (
+        f"<group.id>{CLAIMS_TOPIC_SUFFIX}",
+        "a non-empty topic name, the same for every member of the group",
     ),
 }
 
@@ -89,6 +117,11 @@ class ParallelConfig:
     #: where auto.offset.reset puts a partition with no committed offset, as a logical
     #: offset to seek to (OFFSET_BEGINNING -2 or OFFSET_END -1)
     reset_offset: int = -1
+    #: group-wide catch-up: the backlog is read in chunks by every member (``_groupcatchup``)
+    group_catchup: bool = False
+    claim_timeout_ms: int = DEFAULT_CLAIM_TIMEOUT_MS
+    chunk_records: int = DEFAULT_CHUNK_RECORDS
+    claims_topic: str = ""
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -161,9 +194,34 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     )
     catchup_group = rest.pop(CATCHUP_GROUP_KEY, None)
     transactional = _bool(TRANSACTIONAL_KEY, rest.pop(TRANSACTIONAL_KEY, False))
+    group_catchup = _bool(GROUP_KEY, rest.pop(GROUP_KEY, False))
+    claim_timeout = _int(
+        CLAIM_TIMEOUT_KEY, rest.pop(CLAIM_TIMEOUT_KEY, DEFAULT_CLAIM_TIMEOUT_MS), 1000, 600_000
+    )
+    chunk = _int(CHUNK_KEY, rest.pop(CHUNK_KEY, DEFAULT_CHUNK_RECORDS), 100, 100_000_000)
+    claims_topic = rest.pop(CLAIMS_TOPIC_KEY, None)
     group_id = rest.get("group.id")
+    if group_catchup and not enabled:
+        raise ValueError(
+            f"{GROUP_KEY}=true requires {ENABLE_KEY}=true: the chunks are pieces of the "
+            "backlog that KIP-333's catch-up skips"
+        )
     if not enabled:
         return ParallelConfig(enabled=False), rest
+    if group_catchup and transactional:
+        raise ValueError(
+            f"{GROUP_KEY}=true cannot be combined with {TRANSACTIONAL_KEY}=true: a chunk "
+            "processed by another member is committed in that member's own commit path, "
+            "outside this member's transactions (exactly-once would write its output twice "
+            "after a crash); use one or the other"
+        )
+    if claims_topic is None and isinstance(group_id, str):
+        claims_topic = group_id + CLAIMS_TOPIC_SUFFIX
+    if group_catchup and (not isinstance(claims_topic, str) or not claims_topic.strip()):
+        raise ValueError(
+            f"{CLAIMS_TOPIC_KEY}={claims_topic!r} is invalid: expected "
+            f"{CONFIG_KEYS[CLAIMS_TOPIC_KEY][1]}"
+        )
 
     if not isinstance(group_id, str) or not group_id:
         raise ValueError(
@@ -197,6 +255,10 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         incremental=protocol == "consumer" or "cooperative" in strategy,
         transactional=transactional,
         reset_offset=_reset_offset(rest.get("auto.offset.reset", "latest")),
+        group_catchup=group_catchup,
+        claim_timeout_ms=claim_timeout,
+        chunk_records=chunk,
+        claims_topic=str(claims_topic) if group_catchup else "",
     )
     # librdkafka's auto-commit would store the primary's position, past the backlog:
     # we commit ourselves, on the same schedule, with the safe offset and a token.

@@ -40,6 +40,7 @@ from ._child import Child, ChildState, call_bounded
 from ._committing import Committer, plain_abort, plain_send_offsets
 from ._config import ParallelConfig, child_config, split_config
 from ._delivery import Delivery
+from ._groupcatchup import GroupCatchup
 from ._partitions import Key, Partitions
 from ._planner import Planner
 from ._reporting import CatchupStatus, Reporter
@@ -120,6 +121,13 @@ class Consumer:
             report=lambda err: self._reporter.report_error(err),
             close_timeout_s=self._commit_timeout_s,
         )
+        # Group-wide catch-up (opt-in): its claims-log handles are owned by the user's
+        # thread too (see _claimslog); none exists with the key off.
+        self._group = group = (
+            GroupCatchup(self._settings, primary_conf, child)
+            if self._settings.group_catchup
+            else None
+        )
         self._partitions = partitions = Partitions()
         reporter = self._reporter = Reporter(
             partitions,
@@ -143,6 +151,7 @@ class Consumer:
             reporter,
             self._settings,
             self._commit_timeout_s,
+            group,
         )
         self._assignments = Assignments(
             self,
@@ -154,7 +163,11 @@ class Consumer:
             self._committer,
             reporter,
             self._settings,
+            group,
         )
+        if group is not None:
+            group.write_group = self._committer.write_absorbed
+            reporter.group = group
         # The hot path is delivery's own frame: no facade frame in between.
         self.poll = delivery.poll  # type: ignore[method-assign]
         self.consume = delivery.consume  # type: ignore[method-assign]
@@ -166,6 +179,8 @@ class Consumer:
             self._committer.tick_auto_commit()
         self._reporter.publish_if_due(now)
         self._assignments.plan_deferred_if_due(now)
+        if self._group is not None:
+            self._group.tick(now)
 
     # -- misc ---------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -496,6 +511,12 @@ class Consumer:
         if self._subscribed:
             self._assignments.leave()
         self._assignments.leaving = True
+        if self._group is not None:
+            # what the application got of its chunks is committed (done), then the chunks
+            # still held are given back at once (bye) rather than after the claim timeout
+            if self._settings.auto_commit:
+                self._committer.commit_helped()
+            self._group.close(min(5.0, self._commit_timeout_s))
         self._closed = True
 
         def shutdown() -> None:

@@ -90,7 +90,7 @@ class Delivery:
         #: True while no range is being read, nothing waits and no auto-commit is due.
         #: Exactly-once stays off it: an abort goes back to the first record of a
         #: partition that never committed, and only the slow path sees every first record.
-        self.steady = not settings.transactional
+        self.steady = not (settings.transactional or settings.group_catchup)
         self.due = False
         #: True while librdkafka's position() may count records the application has not
         #: been handed: inside the primary's consume() (records collected for the batch),
@@ -114,8 +114,9 @@ class Delivery:
         may start or end a catch-up). ``steady`` is written before ``due`` is read, so a
         timer firing meanwhile always leaves it False."""
         p = self._p
+        s = self._settings
         self.steady = not (
-            self._reading or p.unresolved or p.deferred or self._settings.transactional
+            self._reading or p.unresolved or p.deferred or s.transactional or s.group_catchup
         )
         if self.due:
             self.steady = False

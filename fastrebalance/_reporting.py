@@ -41,12 +41,16 @@ class CatchupStatus:
             reading this partition (finished, or never needed).
         records_remaining: pending offsets the child has still to read.
         child_alive: the child consumer exists and is running (reading or standby).
+        chunks: with parallel.rebalance.group.catchup, who holds which chunk.
     """
 
     pending_ranges: tuple[tuple[int, int], ...]
     child_position: int | None
     records_remaining: int
     child_alive: bool
+    #: group-wide catch-up: (start, end, holder member id, holder live) of each chunk of
+    #: the partition not done yet, as the claims log says
+    chunks: tuple[tuple[int, int, str | None, bool], ...] = ()
 
 
 class Reporter:
@@ -84,6 +88,8 @@ class Reporter:
         #: it runs inside the rebalance callback, so it is what a rebalance costs the
         #: application's poll() on top of librdkafka's own work
         self.last_plan: dict[str, Any] | None = None
+        #: group-wide catch-up, when on (its status joins the metrics)
+        self.group: Any = None
 
     # -- status -------------------------------------------------------------------------
     def catchup_status(self) -> dict[Key, CatchupStatus]:
@@ -97,7 +103,8 @@ class Reporter:
             remaining = 0
             if pos is not None and ranges:
                 remaining = sum(e - max(s, pos) for s, e in ranges if e > pos)
-            out[key] = CatchupStatus(ranges.as_tuple(), pos, remaining, alive)
+            chunks = self.group.chunks_of(key) if self.group is not None else ()
+            out[key] = CatchupStatus(ranges.as_tuple(), pos, remaining, alive, chunks)
         return out
 
     def catchup_metrics(self) -> dict[str, Any]:
@@ -129,6 +136,7 @@ class Reporter:
             ),
             "last_plan": self.last_plan,
             "partitions": partitions,
+            **({"group": self.group.status()} if self.group is not None else {}),
         }
 
     # -- statistics (stats_cb) ----------------------------------------------------------
@@ -183,6 +191,7 @@ class Reporter:
                 "catchup": child.commit_failures,
             },
             "last_plan": self.last_plan,
+            **({"group": self.group.status()} if self.group is not None else {}),
         }
         self.published_at = time.monotonic()
 

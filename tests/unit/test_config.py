@@ -9,9 +9,13 @@ from hypothesis import strategies as st
 
 from fastrebalance._config import (
     CATCHUP_GROUP_KEY,
+    CHUNK_KEY,
+    CLAIM_TIMEOUT_KEY,
+    CLAIMS_TOPIC_KEY,
     CONFIG_KEYS,
     DEFAULT_LAG_THRESHOLD,
     ENABLE_KEY,
+    GROUP_KEY,
     METADATA_MAX_KEY,
     THRESHOLD_KEY,
     TRANSACTIONAL_KEY,
@@ -22,7 +26,17 @@ from fastrebalance._config import (
 from fastrebalance._token import DEFAULT_METADATA_MAX_BYTES
 
 BASE = {"bootstrap.servers": "broker:9092", "group.id": "orders"}
-OURS = (ENABLE_KEY, THRESHOLD_KEY, CATCHUP_GROUP_KEY, METADATA_MAX_KEY, TRANSACTIONAL_KEY)
+OURS = (
+    ENABLE_KEY,
+    THRESHOLD_KEY,
+    CATCHUP_GROUP_KEY,
+    METADATA_MAX_KEY,
+    TRANSACTIONAL_KEY,
+    GROUP_KEY,
+    CLAIM_TIMEOUT_KEY,
+    CHUNK_KEY,
+    CLAIMS_TOPIC_KEY,
+)
 
 
 def enabled(**extra) -> dict:

@@ -1,0 +1,221 @@
+"""The claims topic's I/O for group-wide catch-up: create it, append records, read them back.
+
+One topic per group (``<group.id>.catchup.claims`` by default), one partition, so that
+every member reads one order of records (``_claims`` interprets them). It is created on
+first use with ``message.timestamp.type=LogAppendTime`` (the broker stamps each record,
+so the log's time that expires claims is one clock, not each member's) and a retention
+of a day: a record deleted by retention only makes its chunk read again (see
+``docs/design.md``: a done chunk forgotten is offered and read again, never skipped).
+
+ACLs a member needs on a secured cluster: Create (or an operator creates the topic
+beforehand), Describe, Read and Write on the claims topic; Read on the reader's group id
+``<claims topic>.reader`` (it never commits; librdkafka needs a group id to fetch).
+
+Thread ownership: the producer, the reader and the AdminClient handles are owned by the
+thread that calls the Consumer facade (the user's thread): they are used only from
+``poll()``/``consume()``/``commit()``/``close()``, like the primary and child handles.
+``close()`` lends them to a helper thread while the owner waits, to bound the wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer as _RdConsumer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from ._child import call_bounded
+from ._claims import ClaimRecord, decode_record, encode_record
+
+__all__ = ["ClaimsLog", "client_config"]
+
+log = logging.getLogger("fastrebalance.group")
+
+#: librdkafka properties every client of the user's cluster shares (connection, security,
+#: logging); consumer-only ones would make the producer and AdminClient warn or fail.
+_SHARED = (
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "security.protocol",
+    "sasl.",
+    "ssl.",
+    "ssl_key",
+    "socket.",
+    "broker.",
+    "api.version",
+    "reconnect.",
+    "retry.backoff",
+    "metadata.",
+    "topic.metadata.",
+    "client.dns.lookup",
+    "client.rack",
+    "oauth_cb",
+    "logger",
+    "log_level",
+    "log.",
+    "enable.ssl.certificate.verification",
+    "enable.sasl.oauthbearer.unsecure.jwt",
+    "https.",
+    "connections.max.idle.ms",
+)
+#: A day: long enough that a backlog's chunks outlive any catch-up; a deleted record only
+#: makes a chunk be read again.
+_RETENTION_MS = 24 * 3600 * 1000
+
+
+def client_config(conf: Mapping[str, Any], suffix: str) -> dict[str, Any]:
+    """The user's connection and security settings for a claims-log client."""
+    out = {k: v for k, v in conf.items() if isinstance(k, str) and k.startswith(_SHARED)}
+    out["client.id"] = f"{conf.get('client.id') or 'rdkafka'}-{suffix}"
+    return out
+
+
+class ClaimsLog:
+    """Appends records to the claims topic and reads every record from its start."""
+
+    def __init__(self, conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> None:
+        self.topic = topic
+        self._conf = dict(conf)
+        self._timeout = timeout_s
+        self._producer: Producer | None = None
+        self._reader: _RdConsumer | None = None
+        #: the log end when reading began: once read up to it, the state is current
+        self._end_at_start: int | None = None
+        self.caught_up = False
+        self.position = 0
+        self.send_failures = 0
+        self.closed = False
+
+    @property
+    def started(self) -> bool:
+        return self._reader is not None
+
+    def start(self) -> None:
+        """Create the topic if missing, then the producer and the reader (from the log's
+        start). Bounded by ``timeout_s``; raises KafkaException when the cluster does not
+        answer (the caller retries later)."""
+        self._ensure_topic()
+        self._producer = Producer(
+            {
+                **client_config(self._conf, "claims"),
+                "enable.idempotence": True,  # one order, no duplicates across retries
+                "linger.ms": 1,
+                "error_cb": self._on_error,
+            }
+        )
+        reader = _RdConsumer(
+            {
+                **client_config(self._conf, "claims-reader"),
+                "group.id": f"{self.topic}.reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
+                "error_cb": self._on_error,
+            }
+        )
+        try:
+            _, high = reader.get_watermark_offsets(
+                TopicPartition(self.topic, 0), timeout=self._timeout
+            )
+        except KafkaException:
+            reader.close()
+            raise
+        self._end_at_start = high
+        self.caught_up = high <= 0
+        reader.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        self._reader = reader
+
+    def _ensure_topic(self) -> None:
+        admin = AdminClient(client_config(self._conf, "claims-admin"))
+        md = admin.list_topics(self.topic, timeout=self._timeout)
+        meta = md.topics.get(self.topic)
+        if meta is not None and meta.error is None and meta.partitions:
+            return
+        new = NewTopic(
+            self.topic,
+            num_partitions=1,
+            replication_factor=-1,  # the broker's default.replication.factor
+            config={"message.timestamp.type": "LogAppendTime", "retention.ms": str(_RETENTION_MS)},
+        )
+        future = admin.create_topics([new], operation_timeout=self._timeout)[self.topic]
+        try:
+            future.result(timeout=self._timeout)
+            log.info("claims topic %s created", self.topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def _on_error(self, err: KafkaError) -> None:
+        log.warning("claims log %s: %s", self.topic, err)
+
+    # -- writing ------------------------------------------------------------------------------
+    def send(self, rec: ClaimRecord) -> None:
+        """Append a record (asynchronously; ``serve()`` and ``flush()`` deliver)."""
+        if self._producer is None or self.closed:
+            return
+        try:
+            self._producer.produce(
+                self.topic, encode_record(rec), partition=0, on_delivery=self._sent
+            )
+        except (KafkaException, BufferError) as exc:
+            self.send_failures += 1
+            log.warning("claims log %s: could not send %s: %s", self.topic, rec.kind, exc)
+        self._producer.poll(0)
+
+    def _sent(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.send_failures += 1
+            log.warning("claims log %s: a record was not written: %s", self.topic, err)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for what was sent; returns how many are still queued."""
+        if self._producer is None:
+            return 0
+        return int(self._producer.flush(timeout_s))
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self, num: int = 1000) -> list[tuple[ClaimRecord | None, int]]:
+        """The next records, in log order, with their timestamps (ms); nothing waits."""
+        if self._producer is not None:
+            self._producer.poll(0)
+        if self._reader is None:
+            return []
+        try:
+            msgs = self._reader.consume(num, 0)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("claims log %s: read failed: %s", self.topic, exc)
+            return []
+        out: list[tuple[ClaimRecord | None, int]] = []
+        for m in msgs:
+            if m.error() is not None:
+                continue
+            offset = m.offset() or 0
+            self.position = offset + 1
+            out.append((decode_record(m.value()), m.timestamp()[1]))
+        if not self.caught_up and self._end_at_start is not None:
+            self.caught_up = self.position >= self._end_at_start
+        return out
+
+    def close(self, timeout_s: float) -> None:
+        """Deliver what was sent and close both handles, within ``timeout_s``."""
+        if self.closed:
+            return
+        self.closed = True
+        producer, reader = self._producer, self._reader
+
+        def shutdown() -> None:
+            if producer is not None:
+                producer.flush(max(timeout_s - 1.0, 0.1))
+            if reader is not None:
+                reader.close()
+
+        try:
+            call_bounded(shutdown, timeout_s, "claims log close()")
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("claims log %s: close gave up: %s", self.topic, exc)

@@ -1,0 +1,443 @@
+"""Group-wide catch-up: every member's child reads chunks of any partition's backlog.
+
+With ``parallel.rebalance.group.catchup=true`` a member plays two parts, both driven from
+``poll()``/``consume()`` (``tick``), never from a thread of its own:
+
+* **Owner** of a partition it planned with a backlog: it does not hand the backlog to its
+  child. It cuts the pending ranges into chunks and *offers* them on the claims log. When
+  the log says a chunk is *done* (its holder's application committed every record of it),
+  the chunk leaves the owner's ledger, and the group's offset and token move past it with
+  the next write (made at once, asynchronously: ``write_group``). Until then the chunk
+  stays pending in the owner's token: whoever dies, it is read again.
+* **Helper** (every member, the owner included): it claims free chunks of any partition,
+  and once the log says it won one, its child reads exactly ``[start, end)`` and hands the
+  records to this member's ``poll()``/``consume()``. A helper cannot commit a partition it
+  does not own into the group (that would overwrite the owner's offset and token), so what
+  its application commits of a chunk is kept here, in a ledger of its own per partition
+  (``_Helped``), attributed by the child's runs exactly as the core attributes backlog
+  records (``_routing``). When a chunk has no offset left in that ledger, the helper
+  appends *done*.
+
+Safety: an offset leaves the owner's ledger only by a *done* the log accepted, which only
+the chunk's holder sends, after its application committed every offset of the chunk. A
+member that dies stops heartbeating: its chunks become free after the claim timeout (log
+time) and are claimed and read again (records delivered twice only after a crash).
+
+Thread ownership: everything here, and the claims log's handles (``_claimslog``), belongs
+to the thread that calls the facade (the user's thread), like the primary and the child.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaException, Message
+
+from ._child import Child
+from ._claims import ChunkKey, ClaimRecord, ClaimsState, cut_chunks
+from ._claimslog import ClaimsLog
+from ._commits import Change, apply_change
+from ._config import ParallelConfig
+from ._ledger import Ledger
+from ._ranges import RangeSet
+from ._routing import UNKNOWN_START, Claim, History, Run
+
+__all__ = ["GroupCatchup"]
+
+log = logging.getLogger("fastrebalance.group")
+
+Key = tuple[str, int]
+#: A helper ledger's position: nothing of the partition is the helper's above its chunks.
+_NOWHERE = UNKNOWN_START
+#: How often the claims log is read and acted on from the poll path, at most.
+TICK_S = 0.02
+#: Chunks a member holds ahead of the one its child reads: the next is claimed while the
+#: current one is read, so the claim's round trip is hidden.
+PREFETCH = 2
+#: A claim not seen back in the log after this long is given up (its record was lost).
+_CLAIM_GIVE_UP_S = 10.0
+#: Chunks per offer record.
+_OFFER_BATCH = 200
+#: Chunks among which a claim picks at random (members picking the same chunk race).
+_PICK_AMONG = 8
+
+
+class _Helped:
+    """One partition as a helper sees it: the chunks it holds and what its application
+    committed of them, the child's runs (what was handed out), and the reading queue."""
+
+    __slots__ = ("epoch", "history", "ledger", "queue", "reading", "runs", "staged")
+
+    def __init__(self) -> None:
+        #: U = the held chunks' offsets not yet committed (position: nowhere)
+        self.ledger = Ledger(_NOWHERE)
+        self.history = History()
+        self.epoch = self.history.begin(_NOWHERE, _NOWHERE)
+        self.queue: list[ChunkKey] = []  #: won, not read yet
+        self.reading: ChunkKey | None = None  #: being read by the child
+        self.runs: dict[ChunkKey, Run] = {}  #: the child run that read each chunk
+        self.staged: list[Claim] = []  #: store_offsets() of its records, for the next commit
+
+
+class GroupCatchup:
+    """This member's part in the group-wide catch-up (owner and helper)."""
+
+    def __init__(
+        self,
+        settings: ParallelConfig,
+        conf: dict[str, Any],
+        child: Child,
+        member: str | None = None,
+    ) -> None:
+        self.member = member or uuid.uuid4().hex[:12]
+        self._settings = settings
+        self._log = ClaimsLog(conf, settings.claims_topic)
+        self._state = ClaimsState(settings.claim_timeout_ms)
+        self._child = child
+        self._chunk = settings.chunk_records
+        self._hb_every_s = settings.claim_timeout_ms / 3000.0
+        self._helped: dict[Key, _Helped] = {}
+        self._held: set[ChunkKey] = set()
+        self._claiming: ChunkKey | None = None
+        self._claim_sent_at = 0.0
+        self._owned: dict[Key, Ledger] = {}
+        self._offering: dict[Key, RangeSet] = {}
+        self._absorb_due = False
+        self._last_sent = 0.0
+        self._next_tick = 0.0
+        self._start_at = 0.0
+        self._closed = False
+        #: writes the group's offset and token of partitions whose ledger a done changed
+        self.write_group: Callable[[list[Key]], None] = lambda keys: None
+        # counters (metrics)
+        self.chunks_won = 0
+        self.chunks_done = 0
+        self.chunks_lost = 0
+        self.claims_lost = 0
+        self.chunks_offered = 0
+        self.chunks_absorbed = 0
+
+    # -- the owner's part ---------------------------------------------------------------------
+    def own(self, work: Iterable[tuple[Key, Ledger]]) -> None:
+        """Partitions this member planned with a backlog: offer it instead of reading it."""
+        for key, ledger in work:
+            self._owned[key] = ledger
+            self._offering.setdefault(key, RangeSet())
+            self._absorb_due = True
+        self._next_tick = 0.0
+
+    def disown(self, keys: Iterable[Key]) -> None:
+        """Partitions that left this member: their next owner offers and absorbs. The
+        chunks this member holds of them stay its own (it helps whoever owns them)."""
+        for k in keys:
+            self._owned.pop(k, None)
+            self._offering.pop(k, None)
+
+    def _absorb(self) -> None:
+        """Done chunks leave the owners' ledgers; the group's offset moves past them."""
+        self._absorb_due = False
+        changed = []
+        for key, ledger in self._owned.items():
+            if not ledger.ranges or ledger.position is None:
+                continue
+            done = self._state.done(*key)
+            hit = False
+            for s, e in done:
+                if e <= ledger.position and ledger.ranges.last_overlapping(s, e) is not None:
+                    ledger.ranges.remove(s, e)
+                    self.chunks_absorbed += 1
+                    hit = True
+            if hit:
+                changed.append(key)
+        if changed:
+            self.write_group(changed)
+
+    def _offer(self) -> None:
+        """Offer what each owned ledger holds pending that no chunk covers yet."""
+        for key, ledger in self._owned.items():
+            offering = self._offering.setdefault(key, RangeSet())
+            known = self._state.known(*key)
+            for s, e in known:
+                offering.remove(s, e)
+            if not ledger.ranges:
+                continue
+            todo = ledger.ranges.copy()
+            for s, e in known:
+                todo.remove(s, e)
+            for s, e in offering:
+                todo.remove(s, e)
+            if not todo:
+                continue
+            chunks = cut_chunks(todo, self._chunk)
+            for i in range(0, len(chunks), _OFFER_BATCH):
+                batch = tuple(chunks[i : i + _OFFER_BATCH])
+                self._send(ClaimRecord("offer", self.member, key[0], key[1], batch))
+            for s, e in chunks:
+                offering.add(s, e)
+            self.chunks_offered += len(chunks)
+            log.info("%s [%d]: offered %d chunks of its backlog to the group", *key, len(chunks))
+
+    # -- the poll path ------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """Read the claims log and act on it (from poll()/consume(), at most every TICK_S)."""
+        if now < self._next_tick or self._closed:
+            return
+        self._next_tick = now + TICK_S
+        if not self._log.started:
+            if now < self._start_at:
+                return
+            try:
+                self._log.start()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("claims log %s not available yet (%s): retrying", self._log.topic, exc)
+                self._start_at = now + 2.0
+                return
+        self._read()
+        if not self._log.caught_up:
+            return  # act only on a current state
+        if self._claiming is not None and now - self._claim_sent_at > _CLAIM_GIVE_UP_S:
+            self._claiming = None
+        self._check_lost()
+        if self._absorb_due:
+            self._absorb()
+        self._offer()
+        self._advance_reading()
+        self._finish_tails()
+        self._maybe_claim(now)
+        if now - self._last_sent >= self._hb_every_s and (
+            self._held or self._state.open_chunks() or self._claiming is not None
+        ):
+            self._send(ClaimRecord("hb", self.member))
+
+    def _read(self) -> None:
+        state = self._state
+        while True:
+            got = self._log.read()
+            for rec, ts in got:
+                state.apply(rec, ts)
+                if rec is None:
+                    continue
+                if rec.kind == "done":
+                    self._absorb_due = True
+                elif rec.kind == "claim" and rec.member == self.member:
+                    key = (rec.topic, rec.partition, *rec.chunks[0])
+                    if key == self._claiming:
+                        self._claiming = None
+                        if state.last_holder(key) == self.member and key not in self._held:
+                            self._won(key)
+                        else:
+                            self.claims_lost += 1
+            if len(got) < 1000:
+                return
+
+    def _send(self, rec: ClaimRecord) -> None:
+        self._log.send(rec)
+        self._last_sent = time.monotonic()
+
+    # -- the helper's part ----------------------------------------------------------------------
+    def _won(self, ck: ChunkKey) -> None:
+        key: Key = (ck[0], ck[1])
+        h = self._helped.get(key)
+        if h is None:
+            h = self._helped[key] = _Helped()
+        self._held.add(ck)
+        h.ledger.ranges.add(ck[2], ck[3])
+        h.queue.append(ck)
+        self.chunks_won += 1
+
+    def _drop(self, ck: ChunkKey, why: str) -> None:
+        key: Key = (ck[0], ck[1])
+        h = self._helped[key]
+        self._held.discard(ck)
+        if ck in h.queue:
+            h.queue.remove(ck)
+        if h.reading == ck:
+            self._child.stop([key])
+            h.reading = None
+        h.ledger.ranges.remove(ck[2], ck[3])
+        self.chunks_lost += 1
+        log.warning("%s [%d] chunk [%d, %d): %s", *ck, why)
+
+    def _check_lost(self) -> None:
+        """Chunks another member claimed after this one's claim expired (this member was
+        too slow to heartbeat): stop reading them; that member reads them again."""
+        for ck in list(self._held):
+            if self._state.last_holder(ck) != self.member:
+                self._drop(ck, "claimed by another member after this member's claim expired")
+
+    def _advance_reading(self) -> None:
+        """The child reads one chunk per partition at a time, the next once it is read."""
+        for key, h in self._helped.items():
+            if h.reading is not None and self._child.position(key) is None:
+                h.reading = None  # read to its end
+            if h.reading is None and h.queue:
+                ck = h.queue.pop(0)
+                reading = Ledger(_NOWHERE, RangeSet([(ck[2], ck[3])]))
+                try:
+                    self._child.start(key, reading, h.epoch)
+                except (KafkaException, RuntimeError) as exc:
+                    h.queue.insert(0, ck)
+                    log.warning("%s [%d]: the child could not start a chunk: %s", *key, exc)
+                    continue
+                h.reading = ck
+                h.runs[ck] = h.epoch.child[-1]
+                h.history.trim(h.epoch)
+
+    def _finish_tails(self) -> None:
+        """A chunk read to its end whose last offsets hold no record (transaction markers,
+        compaction) is processed once its last record is: those offsets leave the ledger."""
+        for key, h in self._helped.items():
+            for ck, run in list(h.runs.items()):
+                if ck == h.reading or ck in h.queue or ck not in self._held:
+                    continue
+                if run.next < ck[3]:
+                    continue  # stopped before its end (the partition vanished): held, unread
+                first = h.ledger.ranges.next_from(ck[2])
+                if first is None or first[0] >= ck[3]:
+                    continue
+                last = run.last if run.last is not None else ck[2] - 1
+                if first[0] > last:
+                    h.ledger.ranges.remove(first[0], ck[3])
+            self._publish_done(key)
+
+    def _maybe_claim(self, now: float) -> None:
+        if self._claiming is not None:
+            return
+        ahead = sum(len(h.queue) + (h.reading is not None) for h in self._helped.values())
+        if ahead >= PREFETCH:
+            return
+        free = [ck for ck in self._state.free() if ck not in self._held]
+        if not free:
+            return
+        ck = random.choice(free[:_PICK_AMONG])
+        self._claiming = ck
+        self._claim_sent_at = now
+        self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],)))
+
+    def _publish_done(self, key: Key) -> None:
+        h = self._helped.get(key)
+        if h is None:
+            return
+        for ck in [c for c in self._held if c[0] == key[0] and c[1] == key[1]]:
+            if ck in h.queue or ck == h.reading:
+                continue
+            if h.ledger.ranges.last_overlapping(ck[2], ck[3]) is None:
+                self._held.discard(ck)
+                h.runs.pop(ck, None)
+                self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],)))
+                self.chunks_done += 1
+
+    # -- the commit path -----------------------------------------------------------------------
+    def holds(self, key: Key, offset: int) -> bool:
+        """Whether this member's child handed out ``offset`` of ``key`` from a chunk."""
+        h = self._helped.get(key)
+        if h is None:
+            return False
+        return offset in h.history.forgotten or any(r.holds(offset) for r in h.epoch.child)
+
+    def split(self, messages: Sequence[Message]) -> tuple[dict[Key, list[Claim]], list[Message]]:
+        """The claims of the chunk records among ``messages``, and the other records."""
+        mine: dict[Key, list[Claim]] = {}
+        rest = []
+        for m in messages:
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            if m.error() is None and topic is not None and partition is not None and (
+                offset is not None and self.holds((topic, partition), offset)
+            ):
+                key = (topic, partition)
+                mine.setdefault(key, []).append(self._helped[key].history.record_claim(offset))
+            else:
+                rest.append(m)
+        return mine, rest
+
+    def handed(self, limits: dict[Key, int]) -> dict[Key, list[Claim]]:
+        """A bare commit's claims of chunk records: what the child handed out (or, with
+        enable.auto.offset.store=false, what store_offsets() stored)."""
+        out: dict[Key, list[Claim]] = {}
+        for key, h in self._helped.items():
+            if self._settings.auto_offset_store:
+                claims = h.epoch.handed_claims()
+                if key in limits:
+                    cut = limits[key]
+                    claims = [
+                        Claim(c.start, min(c.end, cut), c.child, c.exact)
+                        for c in claims
+                        if c.start < cut
+                    ]
+            else:
+                claims, h.staged = h.staged, []
+            if claims:
+                out[key] = claims
+        return out
+
+    def stage(self, claims: dict[Key, list[Claim]]) -> None:
+        """store_offsets() of chunk records: claimed by the next commit."""
+        for key, cl in claims.items():
+            self._helped[key].staged.extend(cl)
+
+    def commit(self, claims: dict[Key, list[Claim]], sync: bool, timeout_s: float) -> None:
+        """The application committed these chunk records: they leave the helper ledgers,
+        and each chunk with nothing left is done. ``sync``: wait (bounded) until the done
+        records are written."""
+        for key, cl in claims.items():
+            h = self._helped.get(key)
+            if h is None:
+                continue
+            apply_change(h.ledger, Change(list(cl)))
+            self._publish_done(key)
+        if sync and self._log.started:
+            self._log.flush(timeout_s)
+
+    # -- reporting and close ---------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Who holds which chunk of which partition, as this member's log says."""
+        state = self._state
+        chunks = [
+            {
+                "topic": ck[0],
+                "partition": ck[1],
+                "start": ck[2],
+                "end": ck[3],
+                "holder": holder,
+                "live": live,
+            }
+            for ck, holder, live in state.holdings()
+        ]
+        return {
+            "member": self.member,
+            "claims_topic": self._log.topic,
+            "caught_up": self._log.caught_up,
+            "members": state.members(),
+            "open_chunks": len(chunks),
+            "held_here": len(self._held),
+            "chunks": chunks[:100],
+            "chunks_won": self.chunks_won,
+            "chunks_done": self.chunks_done,
+            "chunks_lost": self.chunks_lost,
+            "claims_lost": self.claims_lost,
+            "chunks_offered": self.chunks_offered,
+            "chunks_absorbed": self.chunks_absorbed,
+            "log_send_failures": self._log.send_failures,
+        }
+
+    def chunks_of(self, key: Key) -> tuple[tuple[int, int, str | None, bool], ...]:
+        """(start, end, holder, live) of the partition's chunks not done."""
+        return tuple(
+            (ck[2], ck[3], holder, live)
+            for ck, holder, live in self._state.holdings()
+            if (ck[0], ck[1]) == key
+        )
+
+    def close(self, timeout_s: float) -> None:
+        """Leave: the chunks still held are free at once (``bye``), for the others."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._log.started:
+            self._log.send(ClaimRecord("bye", self.member))
+        self._log.close(timeout_s)

@@ -1,0 +1,72 @@
+"""parallel.rebalance.group.*: validation, and the default that leaves everything as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastrebalance._config import (
+    CHUNK_KEY,
+    CLAIM_TIMEOUT_KEY,
+    CLAIMS_TOPIC_KEY,
+    DEFAULT_CHUNK_RECORDS,
+    DEFAULT_CLAIM_TIMEOUT_MS,
+    ENABLE_KEY,
+    GROUP_KEY,
+    TRANSACTIONAL_KEY,
+    split_config,
+)
+
+BASE = {"bootstrap.servers": "broker:9092", "group.id": "orders", ENABLE_KEY: "true"}
+
+
+def test_the_exact_key_name_and_its_default_off() -> None:
+    assert GROUP_KEY == "parallel.rebalance.group.catchup"
+    settings, rest = split_config(BASE)
+    assert settings.group_catchup is False
+    assert not any(k.startswith("parallel.rebalance.") for k in rest)
+
+
+def test_on_with_defaults_and_overrides() -> None:
+    settings, rest = split_config({**BASE, GROUP_KEY: "true"})
+    assert settings.group_catchup
+    assert settings.claim_timeout_ms == DEFAULT_CLAIM_TIMEOUT_MS
+    assert settings.chunk_records == DEFAULT_CHUNK_RECORDS
+    assert settings.claims_topic == "orders.catchup.claims"
+    assert GROUP_KEY not in rest and CLAIMS_TOPIC_KEY not in rest
+    settings, _ = split_config(
+        {**BASE, GROUP_KEY: True, CLAIM_TIMEOUT_KEY: "3000", CHUNK_KEY: 500, CLAIMS_TOPIC_KEY: "c"}
+    )
+    assert (settings.claim_timeout_ms, settings.chunk_records, settings.claims_topic) == (
+        3000,
+        500,
+        "c",
+    )
+
+
+def test_needs_the_mode_on() -> None:
+    with pytest.raises(ValueError, match=f"{GROUP_KEY}=true requires {ENABLE_KEY}=true"):
+        split_config({"group.id": "g", GROUP_KEY: "true"})
+
+
+def test_refused_with_exactly_once_naming_both_keys() -> None:
+    conf = {**BASE, GROUP_KEY: "true", TRANSACTIONAL_KEY: "true", "enable.auto.commit": False}
+    with pytest.raises(ValueError) as info:
+        split_config(conf)
+    assert GROUP_KEY in str(info.value) and TRANSACTIONAL_KEY in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (GROUP_KEY, "yes"),
+        (CLAIM_TIMEOUT_KEY, 999),
+        (CLAIM_TIMEOUT_KEY, "x"),
+        (CHUNK_KEY, 99),
+        (CHUNK_KEY, True),
+        (CLAIMS_TOPIC_KEY, ""),
+        (CLAIMS_TOPIC_KEY, 5),
+    ],
+)
+def test_invalid_values_name_the_key(key: str, value: object) -> None:
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        split_config({**BASE, GROUP_KEY: "true", key: value})
