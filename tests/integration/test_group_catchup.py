@@ -1,0 +1,180 @@
+"""Group-wide catch-up end to end: member processes drain one partition's backlog together.
+
+Each member is its own process (``fastrebalance.testing._groupchaos`` worker): processed
+records go to its file before the commit that covers them; an observer samples the offset
+the group stores and checks that every offset below it was processed by some member then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastrebalance._claims import ClaimsState
+from fastrebalance.testing import KafkaCluster
+from fastrebalance.testing._groupchaos import (
+    Member,
+    Observer,
+    Processed,
+    claims_history,
+    prepare,
+    worker_argv,
+)
+
+BACKLOG = 30_000  # the embedded cluster keeps ~45k records per partition
+CLAIM_TIMEOUT_MS = 3000
+
+
+class Team:
+    def __init__(self, cluster: KafkaCluster, topic: str, group: str, tmp: Path) -> None:
+        self.bootstrap = cluster.bootstrap_servers
+        self.topic, self.group = topic, group
+        argv = worker_argv(self.bootstrap, topic, group, 300, 1000, CLAIM_TIMEOUT_MS, 120)
+        self.members = [Member(f"m{i}", tmp, argv) for i in range(3)]
+        self.processed = Processed([m.out for m in self.members])
+        self.observer = Observer(self.bootstrap, group, topic, 1, self.processed)
+
+    def __enter__(self) -> Team:
+        prepare(self.bootstrap, self.topic, self.group, BACKLOG)
+        for m in self.members:
+            m.start()
+        self.observer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in self.members:
+            m.stop(20)
+        self.observer.stop()
+
+    def backlog_records(self, member: Member) -> int:
+        if not member.out.exists():
+            return 0
+        with member.out.open() as f:
+            return sum(1 for line in f if line[:1] == "0" and int(line.split()[1]) < BACKLOG)
+
+    def owner(self) -> Member | None:
+        """The member whose last rebalance event gave it the partition."""
+        self.processed.refresh()
+        for m in self.members:
+            events = [
+                e for e in self.processed.events.get(m.out, []) if e[:6] in ("assign", "revoke")
+            ]
+            if events and events[-1].startswith("assign") and events[-1].split()[1:] == ["0"]:
+                return m
+        return None
+
+    def wait(self, what: Callable[[], bool], seconds: float, why: str) -> None:
+        deadline = time.monotonic() + seconds
+        while not what():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{why}: not within {seconds}s")
+            time.sleep(0.2)
+
+    def drained(self) -> bool:
+        self.processed.refresh()
+        return not self.processed.missing(0, BACKLOG) and self.observer.last.get(0, -1) >= BACKLOG
+
+    def check(self) -> None:
+        self.wait(self.drained, 60, "the backlog drained and the group's offset at its end")
+        assert self.processed.missing(0, BACKLOG) == []
+        assert self.observer.samples > 0
+        assert self.observer.unsafe == [], "the group stored an offset past unprocessed records"
+
+    def wins_and_done(self) -> tuple[dict[Any, list[str]], dict[Any, str]]:
+        """Replay the claims log: who won each chunk, in order, and who finished it."""
+        state = ClaimsState(CLAIM_TIMEOUT_MS)
+        wins: dict[tuple[str, int, int, int], list[str]] = {}
+        done: dict[tuple[str, int, int, int], str] = {}
+        for rec, ts in claims_history(self.bootstrap, f"{self.group}.catchup.claims"):
+            state.apply(rec, ts)
+            if rec is None or not rec.chunks or rec.kind == "offer":
+                continue
+            key = (rec.topic, rec.partition, *rec.chunks[0])
+            if rec.kind == "claim" and state.last_holder(key) == rec.member:
+                if not wins.get(key) or wins[key][-1] != rec.member:
+                    wins.setdefault(key, []).append(rec.member)
+            elif rec.kind == "done" and state.done_by(key) == rec.member:
+                done[key] = rec.member
+        return wins, done
+
+    def member_id(self, m: Member) -> str:
+        self.processed.refresh()
+        return self.processed.members[m.out][-1]
+
+
+def test_three_members_drain_one_backlog_together(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    tmp_path: Path,
+) -> None:
+    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path) as team:
+        team.check()
+        counts = [team.backlog_records(m) for m in team.members]
+        wins, done = team.wins_and_done()
+    # every member read a share of the one partition's backlog, and no record twice (no crash)
+    assert all(n > 0 for n in counts), counts
+    assert sum(counts) == BACKLOG
+    assert team.processed.duplicates() == 0
+    assert len(set(done.values())) == 3
+    assert all(len(w) == 1 for w in wins.values())  # each chunk won once: no expiry, no race
+
+
+def test_a_member_killed_holding_chunks_has_them_read_again(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    tmp_path: Path,
+) -> None:
+    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path) as team:
+        # a helper (not the partition's owner) mid-backlog
+        victim: list[Member] = []
+
+        def helper_busy() -> bool:
+            owner = team.owner()
+            for m in team.members:
+                if owner is not None and m is not owner and team.backlog_records(m) >= 1000:
+                    victim.append(m)
+                    return True
+            return False
+
+        team.wait(helper_busy, 45, "a helper reading the backlog")
+        killed = team.member_id(victim[0])
+        victim[0].kill()
+        team.check()
+        wins, done = team.wins_and_done()
+    # it held chunks when it died: each was won again by another member once its claim
+    # expired, and finished by that member
+    taken_over = [k for k, w in wins.items() if killed in w and done.get(k) != killed]
+    assert taken_over, "the killed member held no chunk"
+    for k in taken_over:
+        assert done[k] != killed and wins[k][-1] == done[k]
+
+
+def test_the_partition_moves_while_others_hold_chunks(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    tmp_path: Path,
+) -> None:
+    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path) as team:
+        owner: list[Member] = []
+
+        def others_busy() -> bool:
+            o = team.owner()
+            if o is None:
+                return False
+            others = [m for m in team.members if m is not o]
+            if all(team.backlog_records(m) >= 300 for m in others):
+                owner.append(o)
+                return True
+            return False
+
+        team.wait(others_busy, 45, "both helpers reading the backlog")
+        owner[0].kill()  # the group moves the partition once the session times out
+        team.wait(
+            lambda: team.owner() not in (None, owner[0]), 45, "the partition moved to a helper"
+        )
+        team.check()
