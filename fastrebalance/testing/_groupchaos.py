@@ -5,7 +5,9 @@ A worker (``python -m fastrebalance.testing._groupchaos worker ...``) is a
 ``fastrebalance.Consumer`` with ``parallel.rebalance.group.catchup=true``. Every record it
 is handed is *processed* by appending ``"<partition> <offset>"`` to its own file, flushed
 before the commit that covers it (a SIGKILL loses the process, not the page cache). It
-commits (bare, asynchronous) after every batch. Lines starting with ``#`` are events:
+commits (bare, asynchronous) after every batch; with ``--pipeline N`` it keeps up to N
+batches handed out but unprocessed while records flow, and commits what it stored with
+``store_offsets()`` once processed. Lines starting with ``#`` are events:
 ``#member <id>`` (its member id in the claims log), ``#assign <p>...``, ``#revoke <p>...``.
 
 The checker holds the two promises of the mode, group-wide:
@@ -32,13 +34,14 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from .._claims import ClaimRecord, decode_record
 
@@ -72,6 +75,8 @@ def _worker(args: argparse.Namespace) -> int:
         "session.timeout.ms": args.session_timeout_ms,
         "heartbeat.interval.ms": 500,
     }
+    if args.pipeline:
+        conf["enable.auto.offset.store"] = False  # store_offsets() once processed
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     out = open(args.out, "a", encoding="ascii")  # noqa: SIM115 (closed at exit)
@@ -91,19 +96,38 @@ def _worker(args: argparse.Namespace) -> int:
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke)
     work_s = args.work_us / 1e6
     deadline = time.monotonic() + args.seconds
+    held: deque[list[Any]] = deque()
+
+    def process(batch: list[Any]) -> None:
+        lines = []
+        for m in batch:
+            if work_s:
+                time.sleep(work_s)
+            lines.append(f"{m.partition()} {m.offset()}\n")
+        out.write("".join(lines))
+        out.flush()  # processed before committed
+        if args.pipeline:
+            for m in batch:
+                consumer.store_offsets(message=m)
+        try:
+            consumer.commit(asynchronous=True)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                raise
+
     try:
         while not stop.is_set() and time.monotonic() < deadline:
             msgs = [m for m in consumer.consume(500, 0.1) if m.error() is None]
-            if not msgs:
+            if msgs:
+                held.append(msgs)
+            # --pipeline N: up to N batches stay handed out but unprocessed while records
+            # flow (a pipeline stage ahead of processing), so the consumer is called while
+            # they are: a chunk declared done before its records are committed would show
+            if not held or (msgs and len(held) <= args.pipeline):
                 continue
-            lines = []
-            for m in msgs:
-                if work_s:
-                    time.sleep(work_s)
-                lines.append(f"{m.partition()} {m.offset()}\n")
-            out.write("".join(lines))
-            out.flush()  # processed before committed
-            consumer.commit(asynchronous=True)
+            process(held.popleft())
+        while held:
+            process(held.popleft())
         with contextlib.suppress(Exception):
             consumer.commit(asynchronous=False)
     finally:
@@ -180,7 +204,7 @@ class Observer(threading.Thread):
     def run(self) -> None:
         c = PlainConsumer(self._conf)
         try:
-            while not self._halt.wait(0.25):
+            while not self._halt.wait(0.1):
                 with contextlib.suppress(Exception):
                     self.sample(c)
         finally:
@@ -304,8 +328,10 @@ def worker_argv(
     claim_timeout_ms: int,
     seconds: float,
     session_timeout_ms: int = 6000,
+    pipeline: int = 0,
 ) -> list[str]:
     return [
+        "--pipeline", str(pipeline),
         "--bootstrap", bootstrap, "--topic", topic, "--group", group,
         "--work-us", str(work_us), "--chunk", str(chunk),
         "--claim-timeout-ms", str(claim_timeout_ms), "--seconds", str(seconds),
@@ -448,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--claim-timeout-ms", type=int, default=3000)
     w.add_argument("--seconds", type=float, default=600.0)
     w.add_argument("--session-timeout-ms", type=int, default=6000)
+    w.add_argument("--pipeline", type=int, default=0)
     r = sub.add_parser("run")
     r.add_argument("--bootstrap", required=True)
     r.add_argument("--workdir", default=None)

@@ -28,10 +28,16 @@ CLAIM_TIMEOUT_MS = 3000
 
 
 class Team:
-    def __init__(self, cluster: KafkaCluster, topic: str, group: str, tmp: Path) -> None:
+    def __init__(
+        self, cluster: KafkaCluster, topic: str, group: str, tmp: Path, pipeline: int = 0
+    ) -> None:
         self.bootstrap = cluster.bootstrap_servers
         self.topic, self.group = topic, group
-        argv = worker_argv(self.bootstrap, topic, group, 300, 1000, CLAIM_TIMEOUT_MS, 120)
+        # 300 us of work per record; pipeline: batches stay handed out, unprocessed, while
+        # the next are consumed: a chunk declared done before it is committed would show
+        argv = worker_argv(
+            self.bootstrap, topic, group, 300, 1000, CLAIM_TIMEOUT_MS, 120, pipeline=pipeline
+        )
         self.members = [Member(f"m{i}", tmp, argv) for i in range(3)]
         self.processed = Processed([m.out for m in self.members])
         self.observer = Observer(self.bootstrap, group, topic, 1, self.processed)
@@ -110,7 +116,7 @@ def test_three_members_drain_one_backlog_together(
     unique_group: str,
     tmp_path: Path,
 ) -> None:
-    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path) as team:
+    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path, pipeline=2) as team:
         team.check()
         counts = [team.backlog_records(m) for m in team.members]
         wins, done = team.wins_and_done()
