@@ -95,18 +95,10 @@ class ClaimsLog:
         return self._reader is not None
 
     def start(self) -> None:
-        """Create the topic if missing, then the producer and the reader (from the log's
-        start). Bounded by ``timeout_s``; raises KafkaException when the cluster does not
+        """Create the topic if missing, then the reader (from the log's start) and the
+        producer. Bounded by ``timeout_s``; raises KafkaException when the cluster does not
         answer (the caller retries later)."""
         self._ensure_topic()
-        self._producer = Producer(
-            {
-                **client_config(self._conf, "claims"),
-                "enable.idempotence": True,  # one order, no duplicates across retries
-                "linger.ms": 1,
-                "error_cb": self._on_error,
-            }
-        )
         reader = _RdConsumer(
             {
                 **client_config(self._conf, "claims-reader"),
@@ -130,6 +122,14 @@ class ClaimsLog:
         self.caught_up = high <= 0
         reader.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
         self._reader = reader
+        self._producer = Producer(
+            {
+                **client_config(self._conf, "claims"),
+                "enable.idempotence": True,  # one order, no duplicates across retries
+                "linger.ms": 1,
+                "error_cb": self._on_error,
+            }
+        )
 
     def _ensure_topic(self) -> None:
         admin = AdminClient(client_config(self._conf, "claims-admin"))

@@ -167,7 +167,7 @@ class Consumer:
         )
         if group is not None:
             group.write_group = self._committer.write_absorbed
-            reporter.group = group
+            reporter.group = delivery.group = group
         # The hot path is delivery's own frame: no facade frame in between.
         self.poll = delivery.poll  # type: ignore[method-assign]
         self.consume = delivery.consume  # type: ignore[method-assign]

@@ -87,6 +87,9 @@ class Delivery:
         self._fair = 0
         # The child's partitions being read (its own dict, shared): empty in steady state.
         self._reading = child._cursors
+        #: group-wide catch-up, when on: while it has work coming for the child, waits on
+        #: the primary stay short (set by the facade)
+        self.group: Any = None
         #: True while no range is being read, nothing waits and no auto-commit is due.
         #: Exactly-once stays off it: an abort goes back to the first record of a
         #: partition that never committed, and only the slow path sees every first record.
@@ -177,7 +180,7 @@ class Delivery:
                     return got[0]
                 wait = _SLICE_S
             else:
-                wait = IDLE_SLICE_S
+                wait = _SLICE_S if self.group is not None and self.group.pending else IDLE_SLICE_S
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -254,7 +257,7 @@ class Delivery:
                     return fresh + backlog
                 wait = _SLICE_S
             else:
-                wait = IDLE_SLICE_S
+                wait = _SLICE_S if self.group is not None and self.group.pending else IDLE_SLICE_S
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

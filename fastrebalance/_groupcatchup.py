@@ -111,6 +111,7 @@ class GroupCatchup:
         self._last_sent = 0.0
         self._next_tick = 0.0
         self._start_at = 0.0
+        self._start_tries = 0
         self._closed = False
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
@@ -185,7 +186,7 @@ class GroupCatchup:
     # -- the poll path ------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """Read the claims log and act on it (from poll()/consume(), at most every TICK_S)."""
-        if now < self._next_tick or self._closed:
+        if self._closed or (now < self._next_tick and not self._chunk_read()):
             return
         self._next_tick = now + TICK_S
         if not self._log.started:
@@ -194,8 +195,14 @@ class GroupCatchup:
             try:
                 self._log.start()
             except (KafkaException, RuntimeError) as exc:
-                log.warning("claims log %s not available yet (%s): retrying", self._log.topic, exc)
-                self._start_at = now + 2.0
+                # a topic just created has no leader for a moment (NOT_LEADER_FOR_PARTITION
+                # on Apache Kafka 3.9): retry soon, then less often
+                self._start_tries += 1
+                wait = min(0.1 * 2**self._start_tries, 2.0)
+                level = logging.WARNING if wait >= 2.0 else logging.INFO
+                log.log(level, "claims log %s not available yet (%s): retrying in %.1fs",
+                        self._log.topic, exc, wait)  # fmt: skip
+                self._start_at = now + wait
                 return
         self._read()
         if not self._log.caught_up:
@@ -213,6 +220,20 @@ class GroupCatchup:
             self._held or self._state.open_chunks() or self._claiming is not None
         ):
             self._send(ClaimRecord("hb", self.member))
+
+    def _chunk_read(self) -> bool:
+        """The child read a chunk to its end: the next one starts at once (not a tick
+        later, not after an idle wait on the primary)."""
+        child = self._child
+        return any(
+            h.reading is not None and child.position(k) is None for k, h in self._helped.items()
+        )
+
+    @property
+    def pending(self) -> bool:
+        """Work is coming for the child (a chunk won and waiting, a claim in flight): the
+        poll path must not wait idle on the primary meanwhile."""
+        return self._claiming is not None or any(h.queue for h in self._helped.values())
 
     def _read(self) -> None:
         state = self._state
@@ -249,6 +270,7 @@ class GroupCatchup:
         h.ledger.ranges.add(ck[2], ck[3])
         h.queue.append(ck)
         self.chunks_won += 1
+        log.debug("won %s", ck)
 
     def _drop(self, ck: ChunkKey, why: str) -> None:
         key: Key = (ck[0], ck[1])
@@ -274,6 +296,7 @@ class GroupCatchup:
         """The child reads one chunk per partition at a time, the next once it is read."""
         for key, h in self._helped.items():
             if h.reading is not None and self._child.position(key) is None:
+                log.debug("read %s", h.reading)
                 h.reading = None  # read to its end
             if h.reading is None and h.queue:
                 ck = h.queue.pop(0)
@@ -285,6 +308,7 @@ class GroupCatchup:
                     log.warning("%s [%d]: the child could not start a chunk: %s", *key, exc)
                     continue
                 h.reading = ck
+                log.debug("reading %s", ck)
                 h.runs[ck] = h.epoch.child[-1]
                 h.history.trim(h.epoch)
 
@@ -315,6 +339,7 @@ class GroupCatchup:
         if not free:
             return
         ck = random.choice(free[:_PICK_AMONG])
+        log.debug("claim %s", ck)
         self._claiming = ck
         self._claim_sent_at = now
         self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],)))
@@ -330,6 +355,7 @@ class GroupCatchup:
                 self._held.discard(ck)
                 h.runs.pop(ck, None)
                 self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],)))
+                log.debug("done %s", ck)
                 self.chunks_done += 1
 
     # -- the commit path -----------------------------------------------------------------------

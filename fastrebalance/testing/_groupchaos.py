@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,6 +377,8 @@ def run_group_chaos(
     seed: int | None = None,
     kill_every_s: tuple[float, float] = (2.0, 6.0),
     drain_s: float = 120.0,
+    create_topic: Callable[[str, int], None] | None = None,
+    log: Callable[[str], None] = lambda line: None,
 ) -> ChaosReport:
     """Members SIGKILLed and restarted at random for ``seconds`` while the group drains a
     backlog (one partition) and fresh records arrive; then everything is drained with no
@@ -385,14 +387,13 @@ def run_group_chaos(
     workdir.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     topic, group = f"gchaos-{tag}", f"gchaos-{tag}"
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
+    if create_topic is None:
+        from fastrebalance.tools.groupbench import admin_create_topic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1)])[topic].result(
-        30
-    )
+        create_topic = admin_create_topic(bootstrap)
+    create_topic(topic, 1)
     prepare(bootstrap, topic, group, backlog)
+    log(f"group chaos: topic {topic}, seed {seed}, {members} members, backlog {backlog:,}")
     produced = [backlog]
     argv = worker_argv(bootstrap, topic, group, work_us, chunk, claim_timeout_ms, 3600)
     team = [Member(f"m{i}", workdir, argv) for i in range(members)]
@@ -421,6 +422,7 @@ def run_group_chaos(
             time.sleep(rng.uniform(*kill_every_s))
             victim = rng.choice(team)
             victim.kill()
+            log(f"{time.monotonic() - began:6.1f}s SIGKILL {victim.name}")
             time.sleep(rng.uniform(0.0, 2.0))
             for m in team:
                 if not m.running:
@@ -493,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         members=args.members,
         backlog=args.backlog,
         seed=args.seed,
+        log=lambda line: print(line, flush=True),
     )
     print(json.dumps(report.as_dict()))
     return 0 if report.ok else 1

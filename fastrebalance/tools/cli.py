@@ -530,9 +530,10 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--scenario",
-        choices=("all", "recovery", "steady"),
+        choices=("all", "recovery", "steady", "group"),
         default="all",
-        help="which scenario to run (default: all)",
+        help="which scenario to run (default: all; group: group-wide catch-up, 1-3 member "
+        "processes, python -m fastrebalance.tools.groupbench run --help)",
     )
     p.add_argument(
         "--bootstrap-servers",
@@ -562,6 +563,11 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchSettings, format_markdown, result_json, run_bench, write_plot
+
+    if args.scenario == "group":
+        from .groupbench import run_from_args
+
+        return run_from_args(args)
 
     scenarios = ("steady", "recovery") if args.scenario == "all" else (args.scenario,)
     settings = BenchSettings(

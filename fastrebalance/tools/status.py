@@ -260,6 +260,8 @@ class GroupStatus:
     bootstrap_servers: str
     partitions: tuple[PartitionStatus, ...]
     taken_at: float = field(default_factory=time.time)
+    #: group-wide catch-up's open chunks and their holders (None: no claims topic)
+    chunks: list[dict[str, Any]] | None = None
 
     @property
     def catching_up(self) -> tuple[PartitionStatus, ...]:
@@ -291,6 +293,7 @@ class GroupStatus:
             "lag": self.lag,
             "problems": list(self.problems),
             "partitions": [p.to_dict() for p in self.partitions],
+            **({"chunks": self.chunks} if self.chunks is not None else {}),
         }
 
 
@@ -462,6 +465,7 @@ class StatusReader:
         self.timeout = timeout
         conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _rdlog}
         conf.update(config or {})
+        self._config = dict(config or {})
         self._admin = AdminClient(conf)
 
     def read(self) -> GroupStatus:
@@ -512,8 +516,13 @@ class StatusReader:
                     high.get(key),
                 )
             )
+        from .groupstatus import read_chunks
+
+        chunks = read_chunks(
+            self.bootstrap_servers, self.group, config=self._config, timeout=self.timeout
+        )
         return GroupStatus(
-            self.group, self.catchup_group, self.bootstrap_servers, tuple(out), taken_at
+            self.group, self.catchup_group, self.bootstrap_servers, tuple(out), taken_at, chunks
         )
 
     def _partitions(self, partitions_of: dict[str, list[int]]) -> list[TopicPartition]:
@@ -670,6 +679,10 @@ def format_status(status: GroupStatus, *, bar_width: int = 20, ascii_only: bool 
         lines += ["    " + _range_line(r, bar_width, ascii_only) for r in p.ranges]
         if p.metadata == "foreign" and p.user_metadata:
             lines.append(f"    metadata {p.user_metadata[:60]!r}: the offset stands alone")
+    if status.chunks is not None:
+        from .groupstatus import format_chunks
+
+        lines += ["", *format_chunks(status.chunks)]
     if status.problems:
         lines += ["", "ignored by a restart (it re-reads from the safe offset instead):"]
         lines += [f"  {text}" for text in status.problems]
