@@ -148,6 +148,9 @@ class Processed:
         self.count: dict[tuple[int, int], int] = {}
         self.members: dict[Path, list[str]] = {}
         self.events: dict[Path, list[str]] = {}
+        #: per partition, the lowest offset not processed yet (everything below is)
+        self.low: dict[int, int] = {}
+        self._parts: set[int] = set()
         self.lock = threading.Lock()
 
     def add(self, path: Path) -> None:
@@ -174,9 +177,16 @@ class Processed:
                         p, o = raw.split()
                         key = (int(p), int(o))
                         self.count[key] = self.count.get(key, 0) + 1
+                        self._parts.add(key[0])
+            for part in self._parts:
+                low = self.low.get(part, 0)
+                while (part, low) in self.count:
+                    low += 1
+                self.low[part] = low
 
     def missing(self, partition: int, below: int, start: int = 0) -> list[int]:
         with self.lock:
+            start = max(start, self.low.get(partition, 0))  # all below low are processed
             return [o for o in range(start, below) if (partition, o) not in self.count]
 
     def duplicates(self) -> int:
