@@ -434,6 +434,11 @@ class GroupCatchup:
             }
             for ck, holder, live in state.holdings()
         ]
+        held: dict[tuple[str, int, str], int] = {}
+        for ck, holder, live in state.holdings():
+            if holder is not None and live:
+                k = (ck[0], ck[1], holder)
+                held[k] = held.get(k, 0) + 1
         return {
             "member": self.member,
             "claims_topic": self._log.topic,
@@ -442,6 +447,10 @@ class GroupCatchup:
             "open_chunks": len(chunks),
             "held_here": len(self._held),
             "chunks": chunks[:100],
+            "holders": [
+                {"topic": t, "partition": p, "holder": h, "chunks": n}
+                for (t, p, h), n in sorted(held.items())
+            ],
             "chunks_won": self.chunks_won,
             "chunks_done": self.chunks_done,
             "chunks_lost": self.chunks_lost,

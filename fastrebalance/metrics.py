@@ -82,6 +82,11 @@ METRICS: tuple[Metric, ...] = (
            "(its broker round trips included)"),
     Metric("fastrebalance_plan_partitions", "gauge", "partitions",
            "Partitions the last assignment's plan covered"),
+    Metric("fastrebalance_group_chunks_held", "gauge", "chunks",
+           "Group-wide catch-up: chunks held, by holder member id, as this member's claims "
+           "log says", True),
+    Metric("fastrebalance_group_chunks_done_total", "counter", "chunks",
+           "Group-wide catch-up: chunks this member read, committed and declared done"),
 )  # fmt: skip
 
 #: (metric name, labels, value)
@@ -117,6 +122,13 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
     if plan is not None:
         out.append(("fastrebalance_plan_seconds", base, plan["seconds"]))
         out.append(("fastrebalance_plan_partitions", base, plan["partitions"]))
+    group = snapshot.get("group")
+    if group is not None:
+        for h in group["holders"]:
+            labels = {**base, "topic": h["topic"], "partition": str(h["partition"])}
+            labels["holder"] = h["holder"]
+            out.append(("fastrebalance_group_chunks_held", labels, h["chunks"]))
+        out.append(("fastrebalance_group_chunks_done_total", base, group["chunks_done"]))
     return out
 
 

@@ -183,3 +183,60 @@ def test_the_partition_moves_while_others_hold_chunks(
             lambda: team.owner() not in (None, owner[0]), 45, "the partition moved to a helper"
         )
         team.check()
+
+
+def test_status_metrics_and_catchup_status_show_who_holds_which_chunk(
+    kafka_cluster: KafkaCluster, topic_factory: Callable[..., str], unique_group: str
+) -> None:
+    from fastrebalance import Consumer
+    from fastrebalance.metrics import samples
+    from fastrebalance.tools.status import format_status, read_status
+
+    from .helpers import base_conf, group_offsets
+
+    bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    prepare(bootstrap, topic, unique_group, 5000)
+    c = Consumer(
+        base_conf(
+            bootstrap,
+            unique_group,
+            **{
+                "parallel.rebalance.group.catchup": True,
+                "parallel.rebalance.group.chunk.records": 1000,
+            },
+        )
+    )
+    try:
+        c.subscribe([topic])
+        got: list[Any] = []
+        deadline = time.monotonic() + 45
+        member = c._group.member  # type: ignore[union-attr]
+        while time.monotonic() < deadline:  # handed out, not committed: chunks stay held
+            got += [m for m in c.consume(100, 0.2) if m.error() is None]
+            st = c.catchup_status().get((topic, 0))
+            if got and st is not None and any(h == member and live for *_, h, live in st.chunks):
+                break
+        st = c.catchup_status()[(topic, 0)]
+        mine = [(s, e) for s, e, h, live in st.chunks if h == member and live]
+        assert mine, st
+        c._reporter.publish()
+        name = "fastrebalance_group_chunks_held"
+        held = [s for s in samples(c.metrics_snapshot()) if s[0] == name]
+        assert any(labels["holder"] == member and n >= 1 for _, labels, n in held), held
+        outside = read_status(bootstrap, unique_group, topics=[topic])
+        assert outside.chunks is not None
+        assert any(ch["holder"] == member and ch["state"] == "held" for ch in outside.chunks)
+        assert "group-wide catch-up:" in format_status(outside)
+        # once everything handed out is committed, every chunk is done and the group's
+        # offset reaches the log end
+        def offset() -> int:
+            return group_offsets(bootstrap, unique_group, topic)[0]
+
+        while time.monotonic() < deadline and offset() < 5000:
+            got += [m for m in c.consume(500, 0.2) if m.error() is None]
+            if got:
+                c.commit(asynchronous=False)
+        assert offset() >= 5000
+        assert {m.offset() for m in got} >= set(range(5000))
+    finally:
+        c.close()
