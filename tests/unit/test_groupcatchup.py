@@ -1,0 +1,164 @@
+"""A member's part in group-wide catch-up (owner and helper), with the claims log and the
+child replaced by in-memory stand-ins: offers, claims, done only after the commit, the
+owner absorbing done chunks, a slow member losing its chunk."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastrebalance._claims import ClaimRecord
+from fastrebalance._config import ParallelConfig
+from fastrebalance._groupcatchup import GroupCatchup
+from fastrebalance._ledger import Ledger
+from fastrebalance._ranges import RangeSet
+from fastrebalance._routing import Epoch
+
+KEY = ("t", 0)
+SETTINGS = ParallelConfig(
+    enabled=True,
+    group_catchup=True,
+    claim_timeout_ms=1000,
+    chunk_records=10,
+    claims_topic="g.catchup.claims",
+)
+
+
+class Log:
+    """One shared log; each member reads it at its own pace."""
+
+    def __init__(self, shared: list[tuple[ClaimRecord, int]], clock: list[int]) -> None:
+        self.shared, self.clock, self.pos = shared, clock, 0
+        self.topic, self.started, self.caught_up, self.send_failures = "g", True, True, 0
+
+    def send(self, rec: ClaimRecord) -> None:
+        self.shared.append((rec, self.clock[0]))
+
+    def read(self, num: int = 1000) -> list[tuple[ClaimRecord, int]]:
+        out, self.pos = self.shared[self.pos :], len(self.shared)
+        return out
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+class Child:
+    """Reads a chunk when told; hands its records out when the test says so."""
+
+    def __init__(self) -> None:
+        self.cursors: dict[Any, Any] = {}
+        self.stopped: list[Any] = []
+
+    def start(self, key: Any, ledger: Ledger, epoch: Epoch, at: int = 0) -> None:
+        piece = ledger.ranges.next_from(at)
+        assert piece is not None
+        self.cursors[key] = (piece, epoch.child_run(piece[0]))
+
+    def stop(self, keys: Any) -> None:
+        for k in keys:
+            self.cursors.pop(k, None)
+            self.stopped.append(k)
+
+    def position(self, key: Any) -> int | None:
+        c = self.cursors.get(key)
+        return c[1].next if c else None
+
+    def hand_all(self, key: Any) -> tuple[int, int]:
+        (s, e), run = self.cursors.pop(key)
+        for o in range(s, e):
+            run.handed(o)
+        return s, e
+
+
+class Member:
+    def __init__(self, name: str, shared: list[Any], clock: list[int]) -> None:
+        self.child = Child()
+        self.g = GroupCatchup(SETTINGS, {}, self.child, member=name)  # type: ignore[arg-type]
+        self.g._log = Log(shared, clock)  # type: ignore[assignment]
+        self.writes: list[list[Any]] = []
+        self.g.write_group = self.writes.append
+        self.now = time.monotonic()
+
+    def tick(self) -> None:
+        self.now += 1.0  # past the tick's throttle and the heartbeat interval
+        self.g.tick(self.now)
+
+
+def _team() -> tuple[Member, Member, list[Any], list[int]]:
+    shared: list[Any] = []
+    clock = [1_000]
+    return Member("a", shared, clock), Member("b", shared, clock), shared, clock
+
+
+def _kinds(shared: list[Any], member: str, kind: str) -> list[tuple[int, int]]:
+    return [rec.chunks[0] for rec, _ in shared if rec.member == member and rec.kind == kind]
+
+
+def test_done_only_after_the_commit_and_the_owner_absorbs_it() -> None:
+    a, b, shared, _ = _team()
+    ledger = Ledger(100, RangeSet([(0, 30)]))
+    a.g.own([(KEY, ledger)])
+    a.tick()  # offers 3 chunks, claims one
+    offers = [rec for rec, _ in shared if rec.kind == "offer"]
+    assert [o.chunks for o in offers] == [((0, 10), (10, 20), (20, 30))]
+    for _ in range(3):
+        b.tick()
+        a.tick()
+    won_b = [ck for ck in b.g._held]
+    assert won_b and KEY in b.child.cursors  # b reads a chunk it won
+    s, e = b.child.hand_all(KEY)
+    b.tick()
+    assert _kinds(shared, "b", "done") == []  # handed out is not processed
+    b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
+    assert (s, e) in _kinds(shared, "b", "done")
+    before = ledger.ranges.count()
+    a.tick()
+    assert ledger.ranges.count() == before - (e - s)
+    assert all(not (s <= o < e) for o in range(0, 30) if o in ledger.ranges)
+    assert a.writes and a.writes[-1] == [KEY]
+
+
+def test_a_commit_of_part_of_a_chunk_declares_nothing() -> None:
+    a, b, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 10)])))])
+    a.tick()
+    b.tick()
+    for m in (a, b):
+        m.tick()
+    holder = a if KEY in a.child.cursors else b
+    s, e = holder.child.hand_all(KEY)
+    run = holder.g._helped[KEY].runs[(KEY[0], KEY[1], s, e)]
+    # a commit of a record in the middle claims its run up to it, not the chunk
+    holder.g.commit({KEY: [holder.g._helped[KEY].history.record_claim(s + 4)]}, False, 1)
+    holder.tick()
+    assert _kinds(shared, holder.g.member, "done") == []
+    assert run.last == e - 1
+    holder.g.commit({KEY: [holder.g._helped[KEY].history.record_claim(e - 1)]}, False, 1)
+    assert _kinds(shared, holder.g.member, "done") == [(s, e)]
+
+
+def test_a_member_silent_past_the_timeout_loses_its_chunk_and_stops_reading_it() -> None:
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 10)])))])
+    owner.tick()
+    b.tick()  # claims the only chunk
+    b.tick()  # sees it won: reads it
+    assert KEY in b.child.cursors and b.g._held == {("t", 0, 0, 10)}
+    a.tick()
+    assert a.g._held == set()  # held by a live member: not claimable
+    clock[0] += 5_000  # b says nothing for 5 s of log time; the owner heartbeats
+    owner.tick()
+    a.tick()  # b's claim expired: a claims the chunk
+    a.tick()
+    assert a.g._held == {("t", 0, 0, 10)}
+    b.tick()
+    assert b.g._held == set() and KEY in b.child.stopped and KEY not in b.child.cursors
+    assert b.g.chunks_lost == 1
+    # b's late commit of what it had read declares nothing
+    b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
+    assert _kinds(shared, "b", "done") == []
