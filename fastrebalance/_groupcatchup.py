@@ -282,6 +282,7 @@ class GroupCatchup:
             self._child.stop([key])
             h.reading = None
         h.ledger.ranges.remove(ck[2], ck[3])
+        h.runs.pop(ck, None)
         self.chunks_lost += 1
         log.warning("%s [%d] chunk [%d, %d): %s", *ck, why)
 
