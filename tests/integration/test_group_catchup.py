@@ -61,9 +61,11 @@ class Team:
             return sum(1 for line in f if line[:1] == "0" and int(line.split()[1]) < BACKLOG)
 
     def owner(self) -> Member | None:
-        """The member whose last rebalance event gave it the partition."""
+        """The running member whose last rebalance event gave it the partition."""
         self.processed.refresh()
         for m in self.members:
+            if not m.running:
+                continue  # a killed member's last event is stale
             events = [
                 e for e in self.processed.events.get(m.out, []) if e[:6] in ("assign", "revoke")
             ]
@@ -75,7 +77,8 @@ class Team:
         deadline = time.monotonic() + seconds
         while not what():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{why}: not within {seconds}s")
+                events = {m.name: self.processed.events.get(m.out) for m in self.members}
+                raise AssertionError(f"{why}: not within {seconds}s; events {events}")
             time.sleep(0.2)
 
     def drained(self) -> bool:
