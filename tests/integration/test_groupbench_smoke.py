@@ -1,0 +1,30 @@
+"""A smoke run of ``fastrebalance bench --scenario group`` (the full run is a CLI command:
+docs/benchmarks.md, "Group-wide catch-up")."""
+
+from __future__ import annotations
+
+from fastrebalance.testing import KafkaCluster
+from fastrebalance.tools.groupbench import format_table, run_group_bench
+
+
+def test_group_bench_smoke(kafka_cluster: KafkaCluster) -> None:
+    lines: list[str] = []
+    runs = run_group_bench(
+        kafka_cluster.bootstrap_servers,
+        backlog=3000,
+        work_us=20,
+        member_counts=(2,),
+        kinds=("catchup", "group"),
+        rate=50,
+        chunk=1000,
+        timeout_s=60,
+        out=lines.append,
+        create=kafka_cluster.create_topic,
+    )
+    assert [(r.kind, r.members) for r in runs] == [("catchup", 2), ("group", 2)]
+    for r in runs:
+        assert r.drain_s is not None and r.drain_s > 0, r
+        assert sum(r.shares) >= 3000, r  # every backlog record processed (twice only after a crash)
+    table = format_table(runs, "smoke")
+    assert "| 2 | group |" in table and "x |" in table
+    assert len(lines) == 2
