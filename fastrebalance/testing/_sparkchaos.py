@@ -61,7 +61,7 @@ from uuid import uuid4
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka import Consumer as PlainConsumer
 
-from fastrebalance.tools.workload import FreshProducer, produce_backlog
+from fastrebalance.tools.workload import FreshProducer, partition_keys, produce_backlog
 
 __all__ = [
     "KILL_POINTS",
@@ -855,7 +855,7 @@ def _phase(
     ph.java_opts = java_opts
     cluster.create_topic(ph.topic, s.partitions)
     out(f"sparkchaos: {ph.label}: topic {ph.topic}, checkpoint {ph.checkpoint}")
-    producer = FreshProducer(bootstrap, ph.topic, s.partitions, s.rate)
+    producer = FreshProducer(bootstrap, partition_keys(ph.topic, s.partitions), s.rate)
     producer.start()
     try:
         first = time.monotonic()

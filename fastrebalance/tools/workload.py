@@ -23,14 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import (
+    OFFSET_END,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
+from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka.admin import AdminClient
 
 __all__ = [
@@ -41,20 +42,26 @@ __all__ = [
     "SESSION_TIMEOUT_MS",
     "VALUE_BYTES",
     "FreshProducer",
+    "Key",
     "RunResult",
     "busy",
     "check_reachable",
     "cleanup",
     "encode_value",
     "format_duration",
+    "log_ends",
     "measure_restart",
+    "partition_keys",
     "percentile",
     "produce_backlog",
+    "produce_records",
     "produce_time",
     "set_group_offsets",
+    "store_offsets",
     "watermarks",
 ]
 
+Key = tuple[str, int]  #: (topic, partition)
 #: Every record is this many bytes: the size the embedded-cluster facts were measured with.
 VALUE_BYTES = 100
 #: ``B``/``F`` (backlog/fresh), 12-digit sequence, space, 17-char produce time, space.
@@ -117,7 +124,12 @@ def format_duration(seconds: float | None) -> str:
 
 # ---------------------------------------------------------------- producing
 def produce_backlog(bootstrap: str, topic: str, partitions: int, count: int) -> int:
-    """Write ``count`` records round-robin over the partitions; returns failures.
+    """Write ``count`` records round-robin over the partitions; returns failures."""
+    return produce_records(bootstrap, partition_keys(topic, partitions), count)
+
+
+def produce_records(bootstrap: str, keys: Sequence[Key], count: int) -> int:
+    """Write ``count`` backlog records round-robin over ``keys``; returns failures.
 
     Large lz4 batches of a compressible payload: the only way a million records fit
     the mock cluster's retention, and how a real backlog built up under load looks.
@@ -141,9 +153,10 @@ def produce_backlog(bootstrap: str, topic: str, partitions: int, count: int) -> 
     )
     for seq in range(count):
         value = encode_value("B", seq, time.time())
+        topic, partition = keys[seq % len(keys)]
         while True:
             try:
-                producer.produce(topic, value, partition=seq % partitions, on_delivery=on_delivery)
+                producer.produce(topic, value, partition=partition, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -153,17 +166,21 @@ def produce_backlog(bootstrap: str, topic: str, partitions: int, count: int) -> 
     return failures + remaining
 
 
+def partition_keys(topic: str, partitions: int) -> list[Key]:
+    return [(topic, p) for p in range(partitions)]
+
+
 class FreshProducer:
-    """Writes fresh records at a steady rate, round-robin over the partitions, until stopped.
+    """Writes fresh records at a steady rate, round-robin over ``keys`` (partitions, of one
+    topic or several: ``partition_keys``), until stopped.
 
     Thread ownership: the Producer handle is created, used and flushed only by this
     object's thread; other threads read the counters after ``stop()`` joined it.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
+    def __init__(self, bootstrap: str, keys: Sequence[Key], rate: float) -> None:
         self._conf = {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 0}
-        self._topic = topic
-        self._partitions = partitions
+        self._keys = list(keys)
         self._rate = rate
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fresh-producer", daemon=True)
@@ -193,12 +210,10 @@ class FreshProducer:
                 due = int((time.monotonic() - started) * self._rate) + 1
                 while seq < due:
                     value = encode_value("F", seq, time.time())
+                    topic, partition = self._keys[seq % len(self._keys)]
                     try:
                         producer.produce(
-                            self._topic,
-                            value,
-                            partition=seq % self._partitions,
-                            on_delivery=self._on_delivery,
+                            topic, value, partition=partition, on_delivery=self._on_delivery
                         )
                     except BufferError:
                         producer.poll(0.01)
@@ -235,19 +250,43 @@ def watermarks(probe: PlainConsumer, topic: str, partitions: int) -> list[tuple[
 
 
 def set_group_offsets(bootstrap: str, topic: str, group: str, offsets: Sequence[int]) -> None:
+    """Give the never-used ``group`` these committed offsets of ``topic``'s partitions."""
+    store_offsets(bootstrap, group, {(topic, p): off for p, off in enumerate(offsets)})
+
+
+def store_offsets(bootstrap: str, group: str, offsets: dict[Key, int]) -> None:
     """Give the never-used ``group`` these committed offsets, and check they were stored:
     a restart measured from the wrong offsets would measure the wrong backlog."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    tps = [TopicPartition(topic, p, off) for p, off in enumerate(offsets)]
+    tps = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
     request = [ConsumerGroupTopicPartitions(group, tps)]
     admin.alter_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group].result()
     listed = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(len(tps))])],
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in offsets])],
         request_timeout=REQUEST_TIMEOUT_S,
     )[group].result()
-    stored = {tp.partition: tp.offset for tp in listed.topic_partitions}
-    if stored != dict(enumerate(offsets)):
-        raise RuntimeError(f"setting offsets of {group!r} stored {stored}, not {list(offsets)}")
+    stored = {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}
+    if stored != offsets:
+        wrong = {k: v for k, v in stored.items() if offsets.get(k) != v}
+        raise RuntimeError(f"setting offsets of {group!r} stored {wrong}, not what was asked")
+
+
+def log_ends(probe: PlainConsumer, keys: Sequence[Key]) -> dict[Key, int]:
+    """Every partition's log end in one ListOffsets request (a partition without an
+    answer is asked alone): many partitions, one round trip."""
+    ask = [TopicPartition(t, p, OFFSET_END) for t, p in keys]
+    ends: dict[Key, int] = {}
+    with contextlib.suppress(KafkaException):
+        for tp in probe.offsets_for_times(ask, timeout=REQUEST_TIMEOUT_S):
+            if tp.error is None and tp.offset >= 0:
+                ends[(tp.topic, tp.partition)] = tp.offset
+    for key in keys:
+        if key not in ends:
+            _low, high = probe.get_watermark_offsets(
+                TopicPartition(*key), timeout=REQUEST_TIMEOUT_S, cached=False
+            )
+            ends[key] = high
+    return ends
 
 
 def cleanup(bootstrap: str, topics: Sequence[str], groups: Sequence[str]) -> None:
