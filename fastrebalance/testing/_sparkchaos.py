@@ -58,9 +58,10 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import TopicPartition
 
+from fastrebalance.testing._chaos_check import read_topic
 from fastrebalance.tools.workload import FreshProducer, partition_keys, produce_backlog
 
 __all__ = [
@@ -603,36 +604,8 @@ def _topic_keys(bootstrap: str, topic: str, ends: dict[int, int]) -> set[int]:
     """Every record's (partition, offset) in the topic below ``ends``, read with a plain
     consumer: the truth the sink is held against (its first offsets also tell what
     retention deleted, which a log-start offset may not)."""
-    c = PlainConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    keys: set[int] = set()
-    todo = {p for p, high in ends.items() if high > 0}
-    try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
-        deadline = time.monotonic() + 300
-        while todo and time.monotonic() < deadline:
-            for m in c.consume(5000, 0.5):
-                err, p, o = m.error(), m.partition(), m.offset()
-                if p is None or o is None:
-                    continue
-                if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"reading {topic} back: {err}")
-                if err is None and o < ends[p]:
-                    keys.add(_key(p, o))
-                if o >= ends[p] - (err is None):
-                    todo.discard(p)
-        if todo:
-            raise RuntimeError(f"{topic}: partitions {sorted(todo)} not read to their end")
-    finally:
-        c.close()
-    return keys
+    found = read_topic(bootstrap, topic, ends, strict=True, timeout=300)
+    return {_key(m.partition(), m.offset()) for m in found}
 
 
 def _query_start(folder: Path, topic: str) -> dict[int, int] | None:
