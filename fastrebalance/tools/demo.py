@@ -387,45 +387,22 @@ def _ratio(plain: float | None, fast: float | None) -> str:
 def format_results(result: DemoResult) -> str:
     """The side-by-side table, its legend, and the verdict line."""
     p, f = result.plain, result.fast
+    d = format_duration
     rows: list[tuple[str, str, str, str]] = [
         ("", "plain", "fastrebalance", "plain/fast"),
         ("backlog at restart (records)", f"{p.backlog:,}", f"{f.backlog:,}", ""),
-        ("joined the group after", format_duration(p.joined_s), format_duration(f.joined_s), ""),
-        (
-            "time to first fresh record",
-            format_duration(p.first_fresh_s),
-            format_duration(f.first_fresh_s),
-            _ratio(p.first_fresh_s, f.first_fresh_s),
-        ),
-        (
-            "fresh latency p50",
-            format_duration(p.fresh_p50_s),
-            format_duration(f.fresh_p50_s),
-            _ratio(p.fresh_p50_s, f.fresh_p50_s),
-        ),
-        (
-            "fresh latency p99",
-            format_duration(p.fresh_p99_s),
-            format_duration(f.fresh_p99_s),
-            _ratio(p.fresh_p99_s, f.fresh_p99_s),
-        ),
-        (
-            "backlog fully delivered after",
-            format_duration(p.backlog_done_s),
-            format_duration(f.backlog_done_s),
-            _ratio(p.backlog_done_s, f.backlog_done_s),
-        ),
-        ("fresh records delivered", f"{p.fresh_records:,}", f"{f.fresh_records:,}", ""),
-        (
-            "  of which behind newer ones",
-            f"{p.fresh_out_of_order:,}",
-            f"{f.fresh_out_of_order:,}",
-            "",
-        ),
-        ("records checked", f"{p.expected:,}", f"{f.expected:,}", ""),
-        ("duplicates", f"{p.duplicates:,}", f"{f.duplicates:,}", ""),
-        ("lost", f"{p.lost:,}", f"{f.lost:,}", ""),
+        ("joined the group after", d(p.joined_s), d(f.joined_s), ""),
     ]
+    for label, name in (("time to first fresh record", "first_fresh_s"),
+                        ("fresh latency p50", "fresh_p50_s"), ("fresh latency p99", "fresh_p99_s"),
+                        ("backlog fully delivered after", "backlog_done_s")):  # fmt: skip
+        plain, fast = getattr(p, name), getattr(f, name)
+        rows.append((label, d(plain), d(fast), _ratio(plain, fast)))
+    for label, name in (("fresh records delivered", "fresh_records"),
+                        ("  of which behind newer ones", "fresh_out_of_order"),
+                        ("records checked", "expected"), ("duplicates", "duplicates"),
+                        ("lost", "lost")):  # fmt: skip
+        rows.append((label, f"{getattr(p, name):,}", f"{getattr(f, name):,}", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [
         "  ".join(
