@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import random
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,7 +60,7 @@ from typing import Any
 from uuid import uuid4
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from fastrebalance.testing._chaos_check import (
     ChaosResult,
@@ -82,6 +81,7 @@ from fastrebalance.testing._chaos_settings import (
     parse_duration,
 )
 from fastrebalance.testing._chaos_workers import Fleet
+from fastrebalance.testing._workload import PacedProducer
 
 __all__ = [
     "ALL_FAULTS",
@@ -101,7 +101,7 @@ __all__ = [
 DRAIN_CAP_FACTOR = 10
 
 
-class SteadyProducer:
+class SteadyProducer(PacedProducer):
     """Writes value=str(i), i = 0, 1, ..., round-robin over the partitions at a steady rate.
 
     Idempotent, so a broker pause or a retried request cannot reorder or duplicate records:
@@ -117,57 +117,27 @@ class SteadyProducer:
         linger_ms: int = 5,
         compression: str = "none",
     ) -> None:
-        self.topic, self.partitions, self.rate = topic, partitions, rate
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "linger.ms": linger_ms,
-                "enable.idempotence": True,
-                "compression.type": compression,
-                "message.timeout.ms": 600000,  # outlast any broker pause
-            }
-        )
-        self.sent = 0
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": linger_ms,
+            "enable.idempotence": True,
+            "compression.type": compression,
+            "message.timeout.ms": 600000,  # outlast any broker pause
+        }
+        super().__init__(conf, rate, "chaos-producer")
+        self.topic, self.partitions = topic, partitions
         self.delivered: dict[int, tuple[int, int]] = {}  #: value -> (partition, offset)
         self.failed: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
+    def record(self, seq: int) -> tuple[str, int, bytes]:
+        return self.topic, seq % self.partitions, str(seq).encode()
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
         value = int(msg.value())
         if err is not None:
             self.failed[value] = str(err)
         else:
             self.delivered[value] = (msg.partition(), msg.offset())
-
-    def _run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.is_set():
-            due = int((time.monotonic() - started) * self.rate)
-            while self.sent < due and not self._stop.is_set():
-                i = self.sent
-                try:
-                    self.producer.produce(
-                        self.topic,
-                        value=str(i).encode(),
-                        partition=i % self.partitions,
-                        on_delivery=self._on_delivery,
-                    )
-                except BufferError:
-                    self.producer.poll(0.05)
-                    continue
-                self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.005)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, flush_timeout: float = 120.0) -> int:
-        """Stop producing and flush; returns how many records are still undelivered."""
-        self._stop.set()
-        self._thread.join()
-        return int(self.producer.flush(flush_timeout))
 
 
 # ---------------------------------------------------------------------------- the run
@@ -282,7 +252,9 @@ def _run(
         injector.finish()
         chaos_end = time.monotonic()
         result.chaos_seconds = chaos_end - chaos_start
-        undelivered = producer.stop()
+        undelivered = producer.stop(flush_timeout=120.0)
+        if producer.error is not None:
+            raise RuntimeError(f"the producer failed: {producer.error}") from producer.error
         out(
             f"chaos: faults over after {result.chaos_seconds:.0f}s: {injector.counts.total()} "
             f"faults, {producer.sent:,} records produced ({undelivered} undelivered); draining"

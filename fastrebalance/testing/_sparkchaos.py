@@ -1,7 +1,7 @@
 """The Spark crash harness: a streaming query on the fastrebalance source, its driver SIGKILLed.
 
 ``run_spark_chaos(SparkChaosSettings(...))`` runs, for each trigger (processingTime, once,
-availableNow), on a topic of its own with live traffic (``workload.FreshProducer``):
+availableNow), on a topic of its own with live traffic (``_workload.FreshProducer``):
 
 * a **driver process** (this module's ``driver`` command, in a session of its own: the Python
   driver, its JVM and the Python workers the JVM starts) running the query with a
@@ -62,7 +62,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 from fastrebalance.testing._chaos_check import read_topic
-from fastrebalance.tools.workload import FreshProducer, partition_keys, produce_backlog
+from fastrebalance.testing._workload import FreshProducer, partition_keys, produce_backlog
 
 __all__ = [
     "KILL_POINTS",

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from confluent_kafka import Consumer as PlainConsumer
 
-from .workload import check_reachable, cleanup
+from ..testing._workload import check_reachable, cleanup
 
 Out = Callable[[str], None]
 PLAIN, FAST = "plain", "fastrebalance"

@@ -37,6 +37,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..testing._workload import (
+    FreshProducer,
+    partition_keys,
+    produce_backlog,
+    set_group_offsets,
+    watermarks,
+)
 from . import _args as a
 from ._runner import (
     FAST,
@@ -54,18 +61,7 @@ from ._runner import (
     run_worker,
     worker_main,
 )
-from .workload import (
-    FETCH_WAIT_MS,
-    SESSION_TIMEOUT_MS,
-    FreshProducer,
-    RunResult,
-    format_duration,
-    measure_restart,
-    partition_keys,
-    produce_backlog,
-    set_group_offsets,
-    watermarks,
-)
+from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, RunResult, format_duration, measure_restart
 
 __all__ = [
     "BenchResult",
@@ -527,7 +523,7 @@ def _recovery(
     fresh.stop()
     if fresh.error is not None:
         raise RuntimeError(f"the fresh producer failed: {fresh.error}") from fresh.error
-    return fresh.produced, failures + fresh.failures
+    return fresh.sent, failures + fresh.failures
 
 
 # ----------------------------------------------------------------- printing

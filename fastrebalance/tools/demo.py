@@ -44,23 +44,25 @@ from confluent_kafka import TopicPartition
 from .._config import DEFAULT_LAG_THRESHOLD
 from .._consumer import Consumer as FastConsumer
 from ..testing import EmbeddedKafka, ExternalKafka, KafkaCluster
-from . import _args as a
-from .workload import (
-    BATCH,
-    FETCH_WAIT_MS,
+from ..testing._workload import (
     REQUEST_TIMEOUT_S,
-    SESSION_TIMEOUT_MS,
     VALUE_BYTES,
     FreshProducer,
-    RunResult,
     check_reachable,
     cleanup,
-    format_duration,
-    measure_restart,
     partition_keys,
     produce_backlog,
     set_group_offsets,
     watermarks,
+)
+from . import _args as a
+from .workload import (
+    BATCH,
+    FETCH_WAIT_MS,
+    SESSION_TIMEOUT_MS,
+    RunResult,
+    format_duration,
+    measure_restart,
 )
 
 __all__ = ["DemoResult", "DemoSettings", "RunResult", "add_command", "format_results", "run_demo"]
@@ -356,7 +358,7 @@ def run_demo(
         log_backlog=log_backlog,
         plain=plain,
         fast=fast,
-        fresh_produced=fresh.produced,
+        fresh_produced=fresh.sent,
         produce_failures=failures + fresh.failures,
         wall_s=time.monotonic() - began,
         notes=tuple(notes),

@@ -54,6 +54,15 @@ from typing import Any
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaException, TopicPartition
 
+from ..testing._workload import (
+    REQUEST_TIMEOUT_S,
+    FreshProducer,
+    Key,
+    log_ends,
+    produce_records,
+    produce_time,
+    store_offsets,
+)
 from . import _args as a
 from ._runner import (
     FAST,
@@ -73,18 +82,7 @@ from ._runner import (
     run_worker,
     worker_main,
 )
-from .workload import (
-    FETCH_WAIT_MS,
-    REQUEST_TIMEOUT_S,
-    SESSION_TIMEOUT_MS,
-    FreshProducer,
-    Key,
-    format_duration,
-    log_ends,
-    produce_records,
-    produce_time,
-    store_offsets,
-)
+from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
 
 __all__ = [
     "CellResult",

@@ -45,9 +45,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ..testing._workload import PacedProducer, watermarks
 from . import _args as a
 from ._runner import Session, md_table
-from .workload import watermarks
 
 MODES: dict[str, dict[str, str]] = {
     # KIP-333 catch-up with the default budgets
@@ -129,25 +129,15 @@ def _produce(bootstrap: str, topic: str, partitions: int, count: int, kind: str)
         raise RuntimeError("producer could not flush")
 
 
-class _Live(threading.Thread):
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-        self.topic, self.partitions, self.interval = topic, partitions, 1.0 / rate
-        self.sent = 0
-        self.halt = threading.Event()
+class _Live(PacedProducer):
+    """Live records in the job's JSON, round-robin over the partitions."""
 
-    def run(self) -> None:
-        next_at = time.monotonic()
-        while not self.halt.is_set():
-            self.producer.produce(
-                self.topic, value=_value("fresh", self.sent), partition=self.sent % self.partitions
-            )
-            self.producer.poll(0)
-            self.sent += 1
-            next_at += self.interval
-            self.halt.wait(max(next_at - time.monotonic(), 0))
-        self.producer.flush(10)
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
+        super().__init__({"bootstrap.servers": bootstrap, "linger.ms": 0}, rate, "live")
+        self.topic, self.partitions = topic, partitions
+
+    def record(self, seq: int) -> tuple[str, int, bytes]:
+        return self.topic, seq % self.partitions, _value("fresh", seq)
 
 
 def run_mode(
@@ -221,11 +211,10 @@ def run_mode(
     q = start()
     try:
         wait(lambda: count("backlog") >= backlog and count("fresh") > 0, 600, "the backlog")
-        live.halt.set()
-        live.join()
+        live.stop()
         wait(lambda: count("fresh") >= live.sent, 120, "the live records")
     finally:
-        live.halt.set()
+        live.stop()
         q.stop()
     for p in q.recentProgress:
         if p["numInputRows"]:
