@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from confluent_kafka import Consumer as PlainConsumer
 
@@ -312,6 +312,17 @@ def ratio(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}x" if value < 100 else f"{value:,.0f}x"
+
+
+T = TypeVar("T")
+#: A report column: its header, and how an item's cell is written.
+Column = tuple[str, Callable[[T], str]]
+
+
+def table(columns: Sequence[Column[T]], items: Iterable[T], left: int = 1) -> list[str]:
+    """A Markdown table with a row per item: each header stands beside what fills it."""
+    rows = [[cell(item) for _, cell in columns] for item in items]
+    return md_table([header for header, _ in columns], rows, left)
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:

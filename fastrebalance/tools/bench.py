@@ -48,6 +48,7 @@ from . import _args as a
 from ._runner import (
     FAST,
     PLAIN,
+    Column,
     Out,
     Session,
     alternate,
@@ -59,6 +60,7 @@ from ._runner import (
     quiet,
     ratio,
     run_worker,
+    table,
     worker_main,
 )
 from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, RunResult, format_duration, measure_restart
@@ -609,38 +611,38 @@ def _recovery_tables(result: BenchResult) -> list[str]:
         f" {s.rate:g} fresh records/s",
         "",
     ]
-    header = ["B asked", "W µs", "consumer", "backlog at restart", "first fresh", "fresh p50",
-              "fresh p99", "fresh max", "fresh via child", "p99 ÷ steady p99",
-              "backlog delivered", "records/s", "peak RSS", "close()", "lost"]  # fmt: skip
-    rows = []
-    for (asked, work_us, consumer), group in sorted(
-        runs.items(),
-        key=lambda kv: (kv[0][1], kv[0][0], RECOVERY_CONSUMERS.index(kv[0][2])),
-    ):
-        res = [r.result for r in group]
-        steady = runs.get((0, work_us, FAST), [])
-        rps = median(r.records_per_s for r in res)
-        rss = median(r.rss_peak_kib for r in group) or 0.0
-        rows.append(
-            [
-                "0 (steady)" if asked == 0 else f"{asked:,}",
-                f"{work_us:g}",
-                consumer,
-                f"{median(r.backlog for r in res) or 0:,.0f}",
-                format_duration(median(r.first_fresh_s for r in res)),
-                format_duration(median(r.fresh_p50_s for r in res)),
-                format_duration(median(r.fresh_p99_s for r in res)),
-                format_duration(median(r.fresh_max_s for r in res)),
-                f"{median(r.fresh_out_of_order for r in res) or 0:,.0f}",
-                ratio(paired_ratio(group, steady, _p99)) if asked else "-",
-                format_duration(median(r.backlog_done_s for r in res)) if asked else "-",
-                f"{rps:,.0f}" if rps and asked else "-",
-                f"{rss / 1024:.0f} MiB",
-                format_duration(median(r.close_s for r in res)),
-                f"{sum(r.lost for r in res):,}",
-            ]
-        )
-    lines += md_table(header, rows, left=3)
+    Key = tuple[int, float, str]  # (B asked, W, consumer)
+    d = format_duration
+
+    def med(name: str) -> Callable[[Key], float | None]:
+        return lambda k: median(getattr(r.result, name) for r in runs[k])
+
+    def vs_steady(k: Key) -> str:
+        return ratio(paired_ratio(runs[k], runs.get((0, k[1], FAST), []), _p99)) if k[0] else "-"
+
+    def records_per_s(k: Key) -> str:
+        rps = med("records_per_s")(k)
+        return f"{rps:,.0f}" if rps and k[0] else "-"
+
+    columns: list[Column[Key]] = [
+        ("B asked", lambda k: "0 (steady)" if k[0] == 0 else f"{k[0]:,}"),
+        ("W µs", lambda k: f"{k[1]:g}"),
+        ("consumer", lambda k: k[2]),
+        ("backlog at restart", lambda k: f"{med('backlog')(k) or 0:,.0f}"),
+        ("first fresh", lambda k: d(med("first_fresh_s")(k))),
+        ("fresh p50", lambda k: d(med("fresh_p50_s")(k))),
+        ("fresh p99", lambda k: d(med("fresh_p99_s")(k))),
+        ("fresh max", lambda k: d(med("fresh_max_s")(k))),
+        ("fresh via child", lambda k: f"{med('fresh_out_of_order')(k) or 0:,.0f}"),
+        ("p99 ÷ steady p99", vs_steady),
+        ("backlog delivered", lambda k: d(med("backlog_done_s")(k)) if k[0] else "-"),
+        ("records/s", records_per_s),
+        ("peak RSS", lambda k: f"{(median(r.rss_peak_kib for r in runs[k]) or 0) / 1024:.0f} MiB"),
+        ("close()", lambda k: d(med("close_s")(k))),
+        ("lost", lambda k: f"{sum(r.result.lost for r in runs[k]):,}"),
+    ]
+    order = sorted(runs, key=lambda k: (k[1], k[0], RECOVERY_CONSUMERS.index(k[2])))
+    lines += table(columns, order, left=3)
     lines += [
         "",
         "Targets (each ratio: the median over the repetitions of the ratio within one repetition):",

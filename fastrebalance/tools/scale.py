@@ -67,6 +67,7 @@ from . import _args as a
 from ._runner import (
     FAST,
     PLAIN,
+    Column,
     Out,
     Session,
     Worker,
@@ -80,6 +81,7 @@ from ._runner import (
     quiet,
     ratio,
     run_worker,
+    table,
     worker_main,
 )
 from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
@@ -736,7 +738,7 @@ def _layout(cell: CellResult) -> str:
     return f"{cell.topics} topics of {cell.partitions // cell.topics}"
 
 
-def _planmaximum(cell: CellResult) -> tuple[float | None, int]:
+def _slowest_plan(cell: CellResult) -> tuple[float | None, int]:
     plans = [p for r in cell.results for p in r.plans]
     if not plans:
         return None, 0
@@ -746,7 +748,7 @@ def _planmaximum(cell: CellResult) -> tuple[float | None, int]:
 
 def _cell_line(cell: CellResult) -> str:
     d = format_duration
-    plan, planned = _planmaximum(cell)
+    plan, planned = _slowest_plan(cell)
     rs = cell.results
     line = (
         f"{_layout(cell)}, {cell.members} member(s), {cell.consumer}"
@@ -784,73 +786,71 @@ def _pair(result: ScaleResult, cell: CellResult, consumer: str) -> CellResult | 
     )
 
 
+def _slowest(cell: CellResult | None, name: str) -> float | None:
+    """A member time of a cell: its slowest member's (the group's)."""
+    return maximum(getattr(r, name) for r in cell.results) if cell else None
+
+
 def _restart_table(result: ScaleResult) -> list[str]:
     d = format_duration
-    header = ["layout", "members", "consumer", "backlog at restart", "assigned", "settled",
-              "first fresh", "plan (partitions)", "plan: round trips", "commit()",
-              "close()", "first fresh ÷ plain", "close() ÷ plain"]  # fmt: skip
-    rows = []
-    for cell in _timed(result):
-        if cell.partitions == result.settings.few:
-            continue
-        rs = cell.results
-        plan, planned = _planmaximum(cell)
-        reads = maximum(p[2] for r in rs for p in r.plans)
+
+    def vs_plain(cell: CellResult, name: str) -> str:
         plain = _pair(result, cell, PLAIN) if cell.consumer == FAST else None
-        fresh = maximum(r.first_fresh_s for r in rs)
-        close = maximum(r.close_s for r in rs)
-        plain_fresh = maximum(r.first_fresh_s for r in plain.results) if plain else None
-        plain_close = maximum(r.close_s for r in plain.results) if plain else None
-        rows.append(
-            [
-                _layout(cell),
-                str(cell.members),
-                cell.consumer,
-                f"{cell.backlog:,}",
-                d(maximum(r.assigned_s for r in rs)),
-                d(maximum(r.settled_s for r in rs)),
-                d(fresh),
-                f"{d(plan)} ({planned:,})" if plan is not None else "-",
-                d(reads) if reads is not None else "-",
-                d(maximum(r.commit_s for r in rs)),
-                d(close),
-                ratio(div(fresh, plain_fresh)),
-                ratio(div(close, plain_close)),
-            ]
-        )
-    return md_table(header, rows, left=3)
+        return ratio(div(_slowest(cell, name), _slowest(plain, name)))
+
+    def plan(cell: CellResult) -> str:
+        seconds, planned = _slowest_plan(cell)
+        return f"{d(seconds)} ({planned:,})" if seconds is not None else "-"
+
+    def reads(cell: CellResult) -> str:
+        got = maximum(p[2] for r in cell.results for p in r.plans)
+        return d(got) if got is not None else "-"
+
+    columns: list[Column[CellResult]] = [
+        ("layout", _layout),
+        ("members", lambda c: str(c.members)),
+        ("consumer", lambda c: c.consumer),
+        ("backlog at restart", lambda c: f"{c.backlog:,}"),
+        ("assigned", lambda c: d(_slowest(c, "assigned_s"))),
+        ("settled", lambda c: d(_slowest(c, "settled_s"))),
+        ("first fresh", lambda c: d(_slowest(c, "first_fresh_s"))),
+        ("plan (partitions)", plan),
+        ("plan: round trips", reads),
+        ("commit()", lambda c: d(_slowest(c, "commit_s"))),
+        ("close()", lambda c: d(_slowest(c, "close_s"))),
+        ("first fresh ÷ plain", lambda c: vs_plain(c, "first_fresh_s")),
+        ("close() ÷ plain", lambda c: vs_plain(c, "close_s")),
+    ]
+    cells = [c for c in _timed(result) if c.partitions != result.settings.few]
+    return table(columns, cells, left=3)
 
 
 def _token_table(result: ScaleResult) -> list[str]:
+    """One row per layout: its one-member fastrebalance cell's seed."""
     d = format_duration
-    header = ["layout", "partitions", "plan of assign()", "commit() sync", "tokens stored",
-              "metadata bytes", "per partition", "sent to the coordinator",
-              "plain commit() sync (no metadata)"]  # fmt: skip
-    rows = []
-    seen: set[tuple[int, int]] = set()
-    for cell in _timed(result):
-        seed = cell.seed
-        if seed is None or cell.partitions == result.settings.few:
-            continue
-        if (cell.topics, cell.members) in seen or cell.members != 1:
-            continue
-        seen.add((cell.topics, cell.members))
-        plain = _pair(result, cell, PLAIN)
-        plain_commit = maximum(r.commit_s for r in plain.results) if plain else None
-        rows.append(
-            [
-                _layout(cell),
-                f"{cell.partitions:,}",
-                d(seed.plan_s),
-                d(seed.commit_s),
-                f"{seed.tokens:,}",
-                f"{seed.metadata_bytes:,}",
-                f"{seed.metadata_bytes / cell.partitions:.1f} B",
-                f"{seed.coordinator_bytes:,} B" if seed.coordinator_bytes is not None else "-",
-                d(plain_commit),
-            ]
-        )
-    return md_table(header, rows)
+
+    def _plain(cell: CellResult) -> CellResult | None:
+        return _pair(result, cell, PLAIN)
+
+    def _bytes(n: int | None) -> str:
+        return "-" if n is None else f"{n:,} B"
+
+    columns: list[Column[tuple[CellResult, SeedResult]]] = [
+        ("layout", lambda cs: _layout(cs[0])),
+        ("partitions", lambda cs: f"{cs[0].partitions:,}"),
+        ("plan of assign()", lambda cs: d(cs[1].plan_s)),
+        ("commit() sync", lambda cs: d(cs[1].commit_s)),
+        ("tokens stored", lambda cs: f"{cs[1].tokens:,}"),
+        ("metadata bytes", lambda cs: f"{cs[1].metadata_bytes:,}"),
+        ("per partition", lambda cs: f"{cs[1].metadata_bytes / cs[0].partitions:.1f} B"),
+        ("sent to the coordinator", lambda cs: _bytes(cs[1].coordinator_bytes)),
+        ("plain commit() sync (no metadata)", lambda cs: d(_slowest(_plain(cs[0]), "commit_s"))),
+    ]
+    seeded: dict[int, tuple[CellResult, SeedResult]] = {}
+    for c in _timed(result):
+        if c.seed is not None and c.partitions != result.settings.few and c.members == 1:
+            seeded.setdefault(c.topics, (c, c.seed))
+    return table(columns, seeded.values())
 
 
 def memory_per_partition(result: ScaleResult) -> dict[str, dict[str, float | None]]:
