@@ -610,22 +610,26 @@ def _topic_keys(bootstrap: str, topic: str, ends: dict[int, int]) -> set[int]:
 
 def _query_start(folder: Path, topic: str) -> dict[int, int] | None:
     """Where a ``latest`` query starts, per partition: the ``initialOffset()`` answer its
-    batch 0 was planned from (the last one given before ``offsets/0`` existed); records
-    from there on are owed. Without one, the end of batch 0 (``offsets/0``)."""
+    batch 0 was planned from (the last one given before ``offsets/0`` existed), when that
+    answer names offsets; records from there on are owed. Otherwise where batch 0 began:
+    ``offsets/0``'s ``@from`` (the source answers ``{"@initial": ...}`` and keeps the start
+    it resolved there, docs/spark.md), or the end of batch 0 for a partition it did not read.
+    """
     answers = []
     if (folder / "initial.jsonl").exists():
         answers = [json.loads(x) for x in (folder / "initial.jsonl").read_text().splitlines()]
-    before = [a["offset"] for a in answers if not a["offsets0"]]
+    before = [a["offset"] for a in answers if not a["offsets0"] and topic in a["offset"]]
     path = folder / "checkpoint" / "offsets" / "0"
     if before:
-        source = before[-1]
+        source = before[-1][topic]
     elif path.exists():
-        source = json.loads(path.read_text().splitlines()[2])
+        logged = json.loads(path.read_text().splitlines()[2])
+        source = {**logged[topic], **logged.get("@from", {}).get(topic, {})}
     else:
         return None
     return {
         int(p): v if isinstance(v, int) else min([v[0], *(r[0] for r in v[1:])])
-        for p, v in source[topic].items()
+        for p, v in source.items()
     }
 
 
@@ -701,6 +705,8 @@ def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     if (ph.dir / "initial.jsonl").exists():
         for line in (ph.dir / "initial.jsonl").read_text().splitlines():
             a = json.loads(line)
+            if ph.topic not in a["offset"]:  # {"@initial": ...}: the same on every call
+                continue
             got = {
                 int(q): v if isinstance(v, int) else v[0] for q, v in a["offset"][ph.topic].items()
             }
