@@ -17,7 +17,7 @@ from pathlib import Path
 # A checkout that is not installed still runs its own code.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fastrebalance.tools.bench import main
+from fastrebalance.tools.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["bench", *sys.argv[1:]]))

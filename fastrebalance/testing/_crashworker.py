@@ -10,7 +10,7 @@ Run as::
 
 It is a ``fastrebalance.Consumer`` with ``enable.parallel.rebalance=true`` and manual commits.
 Every record ``consume()`` returns is *processed* by appending one line to the log file
-(``fastrebalance.testing._chaos.format_line``: partition, offset, value, produce-to-processing
+(``_chaos_check.format_line``: partition, offset, value, produce-to-processing
 latency, and which stream delivered it), and the log is flushed and fsynced BEFORE any commit
 that covers the record. That ordering is the at-least-once contract the harness checks: a
 committed offset may only cover records already durable in some log. Three behaviours
@@ -32,7 +32,7 @@ committed offset may only cover records already durable in some log. Three behav
 * ``eos``: read-process-write in producer transactions (``EOSWorker``): one output record
   per input record, both commit logs in the same transaction.
 
-Signals (the harness sends them; see ``_chaos.FaultInjector``):
+Signals (the harness sends them; see ``_chaos_faults.FaultInjector``):
 
 * SIGKILL at any moment, SIGSTOP/SIGCONT: the harness alone.
 * SIGTERM / SIGINT: a clean close (process what is held, a final synchronous commit,
@@ -48,7 +48,7 @@ Signals (the harness sends them; see ``_chaos.FaultInjector``):
 Only this process can see those moments precisely; a signal from outside would arrive
 milliseconds too late. Progress events go to stdout as JSON lines (``{"ev": ..., "t": ...}``).
 Around a shutdown they say how long each step took, for the harness to hold against the
-library's documented bounds (``_chaos.documented_bounds``): ``sigterm`` (written by a
+library's documented bounds (``_chaos_workers.documented_bounds``): ``sigterm`` (written by a
 watchdog thread the moment the signal arrives, naming the call under way and since when),
 ``stopping`` (the loop is left), ``final_commit_begin`` / ``final_commit_done``,
 ``close_begin`` / ``closed``.
@@ -77,12 +77,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from fastrebalance import Consumer
-from fastrebalance.testing._chaos import (
-    ALL_WORKER_MODES,
-    OWN_STEP,
-    documented_bounds,
-    format_line,
-)
+from fastrebalance.testing._chaos_check import format_line
+from fastrebalance.testing._chaos_settings import ALL_WORKER_MODES
+from fastrebalance.testing._chaos_workers import OWN_STEP, documented_bounds
 
 #: Flush + fsync + commit when this much time has passed with records pending...
 COMMIT_INTERVAL_S = 0.05

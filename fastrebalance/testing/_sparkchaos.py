@@ -1,7 +1,7 @@
 """The Spark crash harness: a streaming query on the fastrebalance source, its driver SIGKILLed.
 
 ``run_spark_chaos(SparkChaosSettings(...))`` runs, for each trigger (processingTime, once,
-availableNow), on a topic of its own with live traffic (``workload.FreshProducer``):
+availableNow), on a topic of its own with live traffic (``_workload.FreshProducer``):
 
 * a **driver process** (this module's ``driver`` command, in a session of its own: the Python
   driver, its JVM and the Python workers the JVM starts) running the query with a
@@ -58,10 +58,11 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import TopicPartition
 
-from fastrebalance.tools.workload import FreshProducer, produce_backlog
+from fastrebalance.testing._chaos_check import read_topic
+from fastrebalance.testing._workload import FreshProducer, partition_keys, produce_backlog
 
 __all__ = [
     "KILL_POINTS",
@@ -603,56 +604,32 @@ def _topic_keys(bootstrap: str, topic: str, ends: dict[int, int]) -> set[int]:
     """Every record's (partition, offset) in the topic below ``ends``, read with a plain
     consumer: the truth the sink is held against (its first offsets also tell what
     retention deleted, which a log-start offset may not)."""
-    c = PlainConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    keys: set[int] = set()
-    todo = {p for p, high in ends.items() if high > 0}
-    try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
-        deadline = time.monotonic() + 300
-        while todo and time.monotonic() < deadline:
-            for m in c.consume(5000, 0.5):
-                err, p, o = m.error(), m.partition(), m.offset()
-                if p is None or o is None:
-                    continue
-                if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"reading {topic} back: {err}")
-                if err is None and o < ends[p]:
-                    keys.add(_key(p, o))
-                if o >= ends[p] - (err is None):
-                    todo.discard(p)
-        if todo:
-            raise RuntimeError(f"{topic}: partitions {sorted(todo)} not read to their end")
-    finally:
-        c.close()
-    return keys
+    found = read_topic(bootstrap, topic, ends, strict=True, timeout=300)
+    return {_key(m.partition(), m.offset()) for m in found}
 
 
 def _query_start(folder: Path, topic: str) -> dict[int, int] | None:
     """Where a ``latest`` query starts, per partition: the ``initialOffset()`` answer its
-    batch 0 was planned from (the last one given before ``offsets/0`` existed); records
-    from there on are owed. Without one, the end of batch 0 (``offsets/0``)."""
+    batch 0 was planned from (the last one given before ``offsets/0`` existed), when that
+    answer names offsets; records from there on are owed. Otherwise where batch 0 began:
+    ``offsets/0``'s ``@from`` (the source answers ``{"@initial": ...}`` and keeps the start
+    it resolved there, docs/spark.md), or the end of batch 0 for a partition it did not read.
+    """
     answers = []
     if (folder / "initial.jsonl").exists():
         answers = [json.loads(x) for x in (folder / "initial.jsonl").read_text().splitlines()]
-    before = [a["offset"] for a in answers if not a["offsets0"]]
+    before = [a["offset"] for a in answers if not a["offsets0"] and topic in a["offset"]]
     path = folder / "checkpoint" / "offsets" / "0"
     if before:
-        source = before[-1]
+        source = before[-1][topic]
     elif path.exists():
-        source = json.loads(path.read_text().splitlines()[2])
+        logged = json.loads(path.read_text().splitlines()[2])
+        source = {**logged[topic], **logged.get("@from", {}).get(topic, {})}
     else:
         return None
     return {
         int(p): v if isinstance(v, int) else min([v[0], *(r[0] for r in v[1:])])
-        for p, v in source[topic].items()
+        for p, v in source.items()
     }
 
 
@@ -728,6 +705,8 @@ def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     if (ph.dir / "initial.jsonl").exists():
         for line in (ph.dir / "initial.jsonl").read_text().splitlines():
             a = json.loads(line)
+            if ph.topic not in a["offset"]:  # {"@initial": ...}: the same on every call
+                continue
             got = {
                 int(q): v if isinstance(v, int) else v[0] for q, v in a["offset"][ph.topic].items()
             }
@@ -855,7 +834,7 @@ def _phase(
     ph.java_opts = java_opts
     cluster.create_topic(ph.topic, s.partitions)
     out(f"sparkchaos: {ph.label}: topic {ph.topic}, checkpoint {ph.checkpoint}")
-    producer = FreshProducer(bootstrap, ph.topic, s.partitions, s.rate)
+    producer = FreshProducer(bootstrap, partition_keys(ph.topic, s.partitions), s.rate)
     producer.start()
     try:
         first = time.monotonic()

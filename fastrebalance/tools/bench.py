@@ -15,13 +15,11 @@ p99 is the steady-state p99 that the catch-up p99 is compared with.
 *steady*: no backlog at all; the throughput of a ``poll()`` loop and a
 ``consume(1000)`` loop, raw confluent-kafka vs fastrebalance with the mode off and on.
 
-Every measured consumer runs in its own process (``python -m fastrebalance.tools.bench
---worker``): its peak RSS is its own, a previous run's garbage or threads cannot slow
-the next one, and fastrebalance and confluent-kafka run exactly the same loop. The
-parent owns the cluster, prepares each run's backlog right before it (so every run
-sees the same kind of backlog: B records in large lz4 batches, not the previous run's
-trickle of fresh records), and reads the watermarks to report the backlog the log
-really held.
+Every measured consumer runs in its own process (``_runner.Worker``), where
+fastrebalance and confluent-kafka run exactly the same loop. The parent owns the
+cluster, prepares each run's backlog right before it (so every run sees the same kind
+of backlog: B records in large lz4 batches, not the previous run's trickle of fresh
+records), and reads the watermarks to report the backlog the log really held.
 
 Thread ownership: the fresh producer's handle belongs to its own thread; every other
 handle belongs to the thread that calls ``run_bench()`` (or to the worker process).
@@ -29,50 +27,55 @@ handle belongs to the thread that calls ``run_bench()`` (or to the worker proces
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import dataclasses
 import json
-import os
-import platform
-import resource
-import statistics
-import subprocess
+import queue
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .workload import (
-    FETCH_WAIT_MS,
-    SESSION_TIMEOUT_MS,
+from ..testing._workload import (
     FreshProducer,
-    RunResult,
-    check_reachable,
-    cleanup,
-    format_duration,
-    measure_restart,
+    partition_keys,
     produce_backlog,
     set_group_offsets,
     watermarks,
 )
+from . import _args as a
+from ._runner import (
+    FAST,
+    PLAIN,
+    Column,
+    Out,
+    Session,
+    alternate,
+    div,
+    machine_line,
+    md_table,
+    median,
+    memory_kib,
+    quiet,
+    ratio,
+    run_worker,
+    table,
+    worker_main,
+)
+from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, RunResult, format_duration, measure_restart
 
 __all__ = [
     "BenchResult",
     "BenchSettings",
     "RecoveryRun",
     "ThroughputRun",
+    "add_command",
     "format_markdown",
-    "main",
     "run_bench",
     "write_plot",
 ]
 
-Out = Callable[[str], None]
-
-PLAIN, FAST = "plain", "fastrebalance"
 #: plain confluent-kafka with the fetch settings fastrebalance gives its child: the fair
 #: baseline for the drain (what of the difference is configuration, not design)
 TUNED = "plain tuned"
@@ -103,7 +106,7 @@ PREFETCH_KBYTES = 1_000_000
 PREFETCH_MESSAGES = 10_000_000
 #: A worker that has not answered this long after its run timeout is killed.
 _WORKER_GRACE_S = 60.0
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WORKER_MODULE = "fastrebalance.tools.bench"
 
 
 @dataclass(frozen=True)
@@ -243,73 +246,7 @@ class BenchResult:
         return out
 
 
-# ------------------------------------------------------------------ machine
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on: reported with them, since the machine is shared."""
-    import confluent_kafka
-
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cores": os.cpu_count(),
-        "cpu": model,
-        "python": platform.python_version(),
-        "confluent_kafka": confluent_kafka.__version__,
-        "librdkafka": confluent_kafka.libversion()[0],
-        "platform": platform.platform(terse=True),
-    }
-
-
-def _loadavg() -> tuple[float, float, float] | None:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return None
-
-
 # ------------------------------------------------------------------ workers
-def _spawn(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one measured consumer in a fresh interpreter; returns its JSON answer."""
-    env = dict(os.environ)
-    # Run this very package even when it is not installed (benchmarks/run.py from a checkout).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "fastrebalance.tools.bench", "--worker"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"benchmark worker ({spec['kind']}) exited with code {proc.returncode}:"
-            f" {proc.stderr.strip()[-2000:] or '(no stderr)'}"
-        )
-    answer: dict[str, Any] = json.loads(lines[-1])
-    return answer
-
-
-def _peak_rss_kib() -> int:
-    """This process's peak resident set, KiB.
-
-    VmHWM, not ru_maxrss: Linux carries ru_maxrss over an exec from the forked copy
-    of the parent, so every worker would report at least the parent's size, which
-    grows as the benchmark collects results.
-    """
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak // 1024 if sys.platform == "darwin" else peak  # bytes on macOS
-
-
 def _make_consumer(kind: str, conf: dict[str, Any]) -> Any:
     if kind in (PLAIN, RAW, TUNED):
         from confluent_kafka import Consumer as PlainConsumer
@@ -320,12 +257,12 @@ def _make_consumer(kind: str, conf: dict[str, Any]) -> Any:
     return FastConsumer({**conf, "enable.parallel.rebalance": kind in (FAST, ON)})
 
 
-def _worker_recovery(spec: dict[str, Any]) -> dict[str, Any]:
+def _worker_recovery(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[str, Any]:
     from confluent_kafka import Consumer as PlainConsumer
 
     probe = PlainConsumer({"bootstrap.servers": spec["bootstrap"], "group.id": "bench-probe"})
     try:
-        base = _peak_rss_kib()
+        base = memory_kib("VmHWM")
         result = measure_restart(
             spec["consumer"],
             lambda conf: _make_consumer(spec["consumer"], conf),
@@ -342,11 +279,11 @@ def _worker_recovery(spec: dict[str, Any]) -> dict[str, Any]:
         )
     finally:
         probe.close()
-    return {"result": dataclasses.asdict(result), "rss_peak_kib": _peak_rss_kib(),
+    return {"result": dataclasses.asdict(result), "rss_peak_kib": memory_kib("VmHWM"),
             "rss_base_kib": base}  # fmt: skip
 
 
-def _worker_throughput(spec: dict[str, Any]) -> dict[str, Any]:
+def _worker_throughput(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[str, Any]:
     """Every variant in one process, each with its own group over the whole topic,
     read in turns of ``BLOCK`` records: the time of each variant's loop, first record
     excluded.
@@ -400,7 +337,7 @@ def _worker_throughput(spec: dict[str, Any]) -> dict[str, Any]:
         while any(read[v] < want for v in variants):
             if time.monotonic() > deadline:
                 break
-            for v in _alternate(variants, turn):
+            for v in alternate(variants, turn):
                 n = min(BLOCK, want - read[v])
                 if n > 0:
                     began = time.perf_counter()
@@ -441,19 +378,6 @@ def _read_block(consumer: Any, loop: str, want: int, timeout: float, deadline: f
     return n
 
 
-def _worker_main() -> int:
-    spec = json.loads(sys.stdin.read())
-    if spec["kind"] == "recovery":
-        answer = _worker_recovery(spec)
-    elif spec["kind"] == "throughput":
-        answer = _worker_throughput(spec)
-    else:
-        raise ValueError(f"unknown worker kind {spec['kind']!r}")
-    sys.stdout.write(json.dumps(answer) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
 def _result_from(d: dict[str, Any]) -> RunResult:
     d = dict(d)
     d["errors"] = tuple(d.get("errors") or ())
@@ -462,17 +386,6 @@ def _result_from(d: dict[str, Any]) -> RunResult:
 
 
 # -------------------------------------------------------------------- the run
-def _quiet(_line: str) -> None:
-    pass
-
-
-def _alternate(items: Sequence[str], turn: int) -> list[str]:
-    """Rotate who goes first each time, so neither consumer always runs on the
-    machine the other one just warmed up (or just loaded)."""
-    k = turn % len(items)
-    return list(items[k:]) + list(items[:k])
-
-
 def _per_partition(total: int, partitions: int) -> list[int]:
     """How ``produce_backlog``'s round robin spreads ``total`` records."""
     return [total // partitions + (1 if p < total % partitions else 0) for p in range(partitions)]
@@ -495,171 +408,127 @@ def run_bench(
     Raises:
         RuntimeError, KafkaException: the cluster or a worker failed.
     """
-    from confluent_kafka import Consumer as PlainConsumer
-
-    from ..testing import EmbeddedKafka, ExternalKafka
-
     s = settings or BenchSettings()
-    emit = out or _quiet
-    began = time.monotonic()
-    run_id = uuid.uuid4().hex[:8]
-    recovery_topic = f"fastrebalance-bench-{run_id}"
-    steady_topic = f"fastrebalance-bench-{run_id}-steady"
+    emit = out or quiet
     notes: list[str] = []
-    recovery: list[RecoveryRun] = []
     throughput: list[ThroughputRun] = []
-    groups: list[str] = []
-    throughput_log = 0
-    fresh_produced = failures = 0
-    load_start = _loadavg()
-
-    with ExitStack() as stack:
-        owns_external = cluster is None and bool(s.bootstrap_servers)
-        if cluster is None:
-            if s.bootstrap_servers:
-                cluster = stack.enter_context(ExternalKafka(s.bootstrap_servers))
-            else:
-                emit("starting an embedded Kafka (librdkafka's mock cluster)...")
-                cluster = stack.enter_context(EmbeddedKafka())
-        bootstrap = cluster.bootstrap_servers
-        cluster_desc = f"{cluster.kind} cluster at {bootstrap}"
-        check_reachable(bootstrap)
-        probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{run_id}-p"})
-        stack.callback(probe.close)
-
-        def group(name: str) -> str:
-            g = f"bench-{run_id}-{name}"
-            groups.extend([g, f"{g}.catchup"])
-            return g
-
+    recovery: list[RecoveryRun] = []
+    log = fresh_produced = failures = 0
+    with Session("bench", s.bootstrap_servers, cluster, emit) as session:
         if "steady" in s.scenarios:
-            cluster.create_topic(steady_topic, s.partitions)
-            failures += produce_backlog(bootstrap, steady_topic, s.partitions, s.throughput_records)
-            marks = watermarks(probe, steady_topic, s.partitions)
-            throughput_log = sum(hi - lo for lo, hi in marks)
-            emit(f"steady state: {throughput_log:,} records in {steady_topic}")
-            if throughput_log < s.throughput_records:
-                notes.append(
-                    f"steady state: retention kept {throughput_log:,} of"
-                    f" {s.throughput_records:,} records; each run reads what the log holds"
-                )
-            want = min(s.throughput_records, throughput_log)
-            for rep in range(s.steady_reps):
-                for loop in LOOPS:
-                    spec = {
-                        "kind": "throughput",
-                        "bootstrap": bootstrap,
-                        "topic": steady_topic,
-                        "groups": {
-                            v: group(f"tp-{loop}-{v.replace(' ', '')}-{rep}") for v in VARIANTS
-                        },
-                        "variants": _alternate(VARIANTS, rep),
-                        "loop": loop,
-                        "records": want,
-                        "poll_timeout_s": s.poll_timeout_s,
-                        "run_timeout_s": s.run_timeout_s,
-                    }
-                    got = _spawn(spec, s.run_timeout_s + _WORKER_GRACE_S)["variants"]
-                    for variant in VARIANTS:
-                        run = ThroughputRun(
-                            loop, variant, rep, got[variant]["records"], got[variant]["seconds"]
-                        )
-                        throughput.append(run)
-                        emit(
-                            f"[steady {rep + 1}/{s.steady_reps}] {loop:7} {variant:8}"
-                            f" {run.per_s:>10,.0f} records/s ({run.records:,} in"
-                            f" {run.seconds:.2f} s)"
-                        )
-
+            log, failures = _steady(session, s, throughput, notes, emit)
         if "recovery" in s.scenarios:
-            cluster.create_topic(recovery_topic, s.partitions)
-            fresh = FreshProducer(bootstrap, recovery_topic, s.partitions, s.rate)
-            fresh.start()
-            stack.callback(fresh.stop)
-            emit(
-                f"recovery: {recovery_topic}, {s.partitions} partitions,"
-                f" {s.rate:g} fresh records/s throughout"
-            )
-
-            def one(asked: int, work_us: float, rep: int, consumer: str) -> None:
-                nonlocal failures
-                if asked:
-                    failures += produce_backlog(bootstrap, recovery_topic, s.partitions, asked)
-                marks = watermarks(probe, recovery_topic, s.partitions)
-                share = _per_partition(asked, s.partitions)
-                start = [max(lo, hi - n) for (lo, hi), n in zip(marks, share, strict=True)]
-                prepared = sum(hi - st for (_lo, hi), st in zip(marks, start, strict=True))
-                g = group(f"r{asked}-w{work_us:g}-{rep}-{consumer}")
-                set_group_offsets(bootstrap, recovery_topic, g, start)
-                spec = {
-                    "kind": "recovery",
-                    "consumer": consumer,
-                    "bootstrap": bootstrap,
-                    "topic": recovery_topic,
-                    "group": g,
-                    "start": start,
-                    "work_us": work_us,
-                    "tail_s": s.tail_s,
-                    "run_timeout_s": s.run_timeout_s,
-                    "window_s": s.duration_s,
-                }
-                got = _spawn(spec, s.run_timeout_s + _WORKER_GRACE_S)
-                run = RecoveryRun(
-                    asked=asked,
-                    work_us=work_us,
-                    rep=rep,
-                    consumer=consumer,
-                    prepared=prepared,
-                    result=_result_from(got["result"]),
-                    rss_peak_kib=got["rss_peak_kib"],
-                    rss_base_kib=got["rss_base_kib"],
-                )
-                recovery.append(run)
-                emit(f"[recovery {rep + 1}/{s.reps}] " + _run_line(run))
-
-            turn = 0
-            for rep in range(s.reps):
-                for work_us in s.work_us:
-                    one(0, work_us, rep, FAST)
-                    for asked in s.backlogs:
-                        for consumer in _alternate(RECOVERY_CONSUMERS, turn):
-                            one(asked, work_us, rep, consumer)
-                        turn += 1
-            fresh.stop()
-            if fresh.error is not None:
-                raise RuntimeError(f"the fresh producer failed: {fresh.error}") from fresh.error
-            fresh_produced = fresh.produced
-            failures += fresh.failures
+            fresh_produced, more = _recovery(session, s, recovery, emit)
+            failures += more
         if failures:
             notes.append(f"{failures:,} records failed to produce")
-        if owns_external:
-            cleanup(bootstrap, [recovery_topic, steady_topic], groups)
-
-    load_end = _loadavg()
-    machine = machine_info()
-    machine["loadavg_start"] = load_start
-    machine["loadavg_end"] = load_end
     return BenchResult(
         settings=s,
-        cluster=cluster_desc,
-        machine=machine,
+        cluster=session.description,
+        machine=session.machine(),
         recovery=tuple(recovery),
         throughput=tuple(throughput),
-        throughput_log=throughput_log,
+        throughput_log=log,
         fresh_produced=fresh_produced,
         produce_failures=failures,
-        wall_s=time.monotonic() - began,
+        wall_s=session.wall_s,
         notes=tuple(notes),
     )
 
 
+def _steady(
+    session: Session, s: BenchSettings, runs: list[ThroughputRun], notes: list[str], emit: Out
+) -> tuple[int, int]:
+    """The throughput runs; returns (records the log held, records that failed to produce)."""
+    topic = session.topic("-steady", s.partitions)
+    failures = produce_backlog(session.bootstrap, topic, s.partitions, s.throughput_records)
+    log = sum(hi - lo for lo, hi in watermarks(session.probe, topic, s.partitions))
+    emit(f"steady state: {log:,} records in {topic}")
+    if log < s.throughput_records:
+        notes.append(
+            f"steady state: retention kept {log:,} of {s.throughput_records:,} records;"
+            " each run reads what the log holds"
+        )
+    for rep in range(s.steady_reps):
+        for loop in LOOPS:
+            spec = {
+                "kind": "throughput",
+                "bootstrap": session.bootstrap,
+                "topic": topic,
+                "groups": {
+                    v: session.group(f"tp-{loop}-{v.replace(' ', '')}-{rep}") for v in VARIANTS
+                },
+                "variants": alternate(VARIANTS, rep),
+                "loop": loop,
+                "records": min(s.throughput_records, log),
+                "poll_timeout_s": s.poll_timeout_s,
+                "run_timeout_s": s.run_timeout_s,
+            }
+            got = run_worker(_WORKER_MODULE, spec, s.run_timeout_s + _WORKER_GRACE_S)
+            for variant in VARIANTS:
+                done = got["variants"][variant]
+                run = ThroughputRun(loop, variant, rep, done["records"], done["seconds"])
+                runs.append(run)
+                emit(
+                    f"[steady {rep + 1}/{s.steady_reps}] {loop:7} {variant:8}"
+                    f" {run.per_s:>10,.0f} records/s ({run.records:,} in {run.seconds:.2f} s)"
+                )
+    return log, failures
+
+
+def _recovery(
+    session: Session, s: BenchSettings, runs: list[RecoveryRun], emit: Out
+) -> tuple[int, int]:
+    """The restarts; returns (fresh records produced, records that failed to produce)."""
+    topic = session.topic("", s.partitions)
+    bootstrap = session.bootstrap
+    fresh = FreshProducer(bootstrap, partition_keys(topic, s.partitions), s.rate)
+    fresh.start()
+    session.later(fresh.stop)
+    emit(f"recovery: {topic}, {s.partitions} partitions, {s.rate:g} fresh records/s throughout")
+    failures = 0
+
+    def one(asked: int, work_us: float, rep: int, consumer: str) -> None:
+        nonlocal failures
+        if asked:
+            failures += produce_backlog(bootstrap, topic, s.partitions, asked)
+        marks = watermarks(session.probe, topic, s.partitions)
+        share = _per_partition(asked, s.partitions)
+        start = [max(lo, hi - n) for (lo, hi), n in zip(marks, share, strict=True)]
+        group = session.group(f"r{asked}-w{work_us:g}-{rep}-{consumer}")
+        set_group_offsets(bootstrap, topic, group, start)
+        spec = {"kind": "recovery", "consumer": consumer, "bootstrap": bootstrap, "topic": topic,
+                "group": group, "start": start, "work_us": work_us, "tail_s": s.tail_s,
+                "run_timeout_s": s.run_timeout_s, "window_s": s.duration_s}  # fmt: skip
+        got = run_worker(_WORKER_MODULE, spec, s.run_timeout_s + _WORKER_GRACE_S)
+        run = RecoveryRun(
+            asked=asked,
+            work_us=work_us,
+            rep=rep,
+            consumer=consumer,
+            prepared=sum(hi - st for (_lo, hi), st in zip(marks, start, strict=True)),
+            result=_result_from(got["result"]),
+            rss_peak_kib=got["rss_peak_kib"],
+            rss_base_kib=got["rss_base_kib"],
+        )
+        runs.append(run)
+        emit(f"[recovery {rep + 1}/{s.reps}] " + _run_line(run))
+
+    turn = 0
+    for rep in range(s.reps):
+        for work_us in s.work_us:
+            one(0, work_us, rep, FAST)
+            for asked in s.backlogs:
+                for consumer in alternate(RECOVERY_CONSUMERS, turn):
+                    one(asked, work_us, rep, consumer)
+                turn += 1
+    fresh.stop()
+    if fresh.error is not None:
+        raise RuntimeError(f"the fresh producer failed: {fresh.error}") from fresh.error
+    return fresh.sent, failures + fresh.failures
+
+
 # ----------------------------------------------------------------- printing
-def _ratio(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}x" if value < 100 else f"{value:,.0f}x"
-
-
 def _run_line(run: RecoveryRun) -> str:
     r = run.result
     what = "steady (no backlog)" if run.asked == 0 else f"B={run.asked:,}"
@@ -673,15 +542,6 @@ def _run_line(run: RecoveryRun) -> str:
     if r.lost or r.timed_out:
         line += f", LOST {r.lost:,}" + (" (timed out)" if r.timed_out else "")
     return line
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return statistics.median(got) if got else None
-
-
-def _div(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
 
 
 def _group_runs(result: BenchResult) -> dict[tuple[int, float, str], list[RecoveryRun]]:
@@ -706,7 +566,7 @@ def paired_ratio(
     rest of the machine; a ratio of medians could pair a quiet run with a busy one.
     """
     b = _by_rep(bottom)
-    return _median(_div(metric(t.result), metric(b[t.rep])) for t in top if t.rep in b)
+    return median(div(metric(t.result), metric(b[t.rep])) for t in top if t.rep in b)
 
 
 def better_plain_drain(
@@ -722,13 +582,13 @@ def better_plain_drain(
                              _drain(t[rep]) if rep in t else None) if x]  # fmt: skip
         return min(times) if times else None
 
-    return _median(_div(_drain(f.result), best(f.rep)) for f in fast)
+    return median(div(_drain(f.result), best(f.rep)) for f in fast)
 
 
 def steady_p99(result: BenchResult, work_us: float) -> float | None:
     """Median p99 of fastrebalance restarted without a backlog: the reference."""
     runs = _group_runs(result).get((0, work_us, FAST), [])
-    return _median(r.result.fresh_p99_s for r in runs)
+    return median(r.result.fresh_p99_s for r in runs)
 
 
 def _p99(r: RunResult) -> float | None:
@@ -743,13 +603,6 @@ def _first(r: RunResult) -> float | None:
     return r.first_fresh_s
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: int = 1) -> list[str]:
-    align = ["---"] * min(right, len(header)) + ["--:"] * max(0, len(header) - right)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
 def _recovery_tables(result: BenchResult) -> list[str]:
     s = result.settings
     runs = _group_runs(result)
@@ -758,38 +611,38 @@ def _recovery_tables(result: BenchResult) -> list[str]:
         f" {s.rate:g} fresh records/s",
         "",
     ]
-    header = ["B asked", "W µs", "consumer", "backlog at restart", "first fresh", "fresh p50",
-              "fresh p99", "fresh max", "fresh via child", "p99 ÷ steady p99",
-              "backlog delivered", "records/s", "peak RSS", "close()", "lost"]  # fmt: skip
-    rows = []
-    for (asked, work_us, consumer), group in sorted(
-        runs.items(),
-        key=lambda kv: (kv[0][1], kv[0][0], RECOVERY_CONSUMERS.index(kv[0][2])),
-    ):
-        res = [r.result for r in group]
-        steady = runs.get((0, work_us, FAST), [])
-        rps = _median(r.records_per_s for r in res)
-        rss = _median(r.rss_peak_kib for r in group) or 0.0
-        rows.append(
-            [
-                "0 (steady)" if asked == 0 else f"{asked:,}",
-                f"{work_us:g}",
-                consumer,
-                f"{_median(r.backlog for r in res) or 0:,.0f}",
-                format_duration(_median(r.first_fresh_s for r in res)),
-                format_duration(_median(r.fresh_p50_s for r in res)),
-                format_duration(_median(r.fresh_p99_s for r in res)),
-                format_duration(_median(r.fresh_max_s for r in res)),
-                f"{_median(r.fresh_out_of_order for r in res) or 0:,.0f}",
-                _ratio(paired_ratio(group, steady, _p99)) if asked else "-",
-                format_duration(_median(r.backlog_done_s for r in res)) if asked else "-",
-                f"{rps:,.0f}" if rps and asked else "-",
-                f"{rss / 1024:.0f} MiB",
-                format_duration(_median(r.close_s for r in res)),
-                f"{sum(r.lost for r in res):,}",
-            ]
-        )
-    lines += _md_table(header, rows, right=3)
+    Key = tuple[int, float, str]  # (B asked, W, consumer)
+    d = format_duration
+
+    def med(name: str) -> Callable[[Key], float | None]:
+        return lambda k: median(getattr(r.result, name) for r in runs[k])
+
+    def vs_steady(k: Key) -> str:
+        return ratio(paired_ratio(runs[k], runs.get((0, k[1], FAST), []), _p99)) if k[0] else "-"
+
+    def records_per_s(k: Key) -> str:
+        rps = med("records_per_s")(k)
+        return f"{rps:,.0f}" if rps and k[0] else "-"
+
+    columns: list[Column[Key]] = [
+        ("B asked", lambda k: "0 (steady)" if k[0] == 0 else f"{k[0]:,}"),
+        ("W µs", lambda k: f"{k[1]:g}"),
+        ("consumer", lambda k: k[2]),
+        ("backlog at restart", lambda k: f"{med('backlog')(k) or 0:,.0f}"),
+        ("first fresh", lambda k: d(med("first_fresh_s")(k))),
+        ("fresh p50", lambda k: d(med("fresh_p50_s")(k))),
+        ("fresh p99", lambda k: d(med("fresh_p99_s")(k))),
+        ("fresh max", lambda k: d(med("fresh_max_s")(k))),
+        ("fresh via child", lambda k: f"{med('fresh_out_of_order')(k) or 0:,.0f}"),
+        ("p99 ÷ steady p99", vs_steady),
+        ("backlog delivered", lambda k: d(med("backlog_done_s")(k)) if k[0] else "-"),
+        ("records/s", records_per_s),
+        ("peak RSS", lambda k: f"{(median(r.rss_peak_kib for r in runs[k]) or 0) / 1024:.0f} MiB"),
+        ("close()", lambda k: d(med("close_s")(k))),
+        ("lost", lambda k: f"{sum(r.result.lost for r in runs[k]):,}"),
+    ]
+    order = sorted(runs, key=lambda k: (k[1], k[0], RECOVERY_CONSUMERS.index(k[2])))
+    lines += table(columns, order, left=3)
     lines += [
         "",
         "Targets (each ratio: the median over the repetitions of the ratio within one repetition):",
@@ -822,17 +675,17 @@ def _recovery_tables(result: BenchResult) -> list[str]:
                 [
                     f"{asked:,}",
                     f"{work_us:g}",
-                    _ratio(p99_ratio),
-                    _ratio(paired_ratio(plain, steady, _p99)),
-                    _ratio(drain),
-                    _ratio(drain_tuned),
-                    _ratio(best),
-                    _ratio(paired_ratio(plain, fast, _first)),
+                    ratio(p99_ratio),
+                    ratio(paired_ratio(plain, steady, _p99)),
+                    ratio(drain),
+                    ratio(drain_tuned),
+                    ratio(best),
+                    ratio(paired_ratio(plain, fast, _first)),
                     " ".join(met) or "-",
                 ]
             )
-    lines += _md_table(header, rows, right=2)
-    base = _median(r.rss_base_kib for r in result.recovery) or 0.0
+    lines += md_table(header, rows, left=2)
+    base = median(r.rss_base_kib for r in result.recovery) or 0.0
     lines += [
         "",
         f"Fresh records: produced after the restart (the consumer's construction) and"
@@ -869,15 +722,15 @@ def _throughput_table(result: BenchResult) -> list[str]:
     rows = []
     for loop in LOOPS:
         runs = [t for t in result.throughput if t.loop == loop]
-        rate = {v: _median(t.per_s for t in runs if t.variant == v) for v in VARIANTS}
+        rate = {v: median(t.per_s for t in runs if t.variant == v) for v in VARIANTS}
         raw = {t.rep: t.per_s for t in runs if t.variant == RAW}
-        ratio = {
-            v: _median(_div(t.per_s, raw.get(t.rep)) for t in runs if t.variant == v)
+        ratios = {
+            v: median(div(t.per_s, raw.get(t.rep)) for t in runs if t.variant == v)
             for v in (OFF, ON)
         }
         met = []
         for name, variant in (("off", OFF), ("on", ON)):
-            value = ratio[variant]
+            value = ratios[variant]
             if value is not None:
                 ok = value >= TARGET_THROUGHPUT[(loop, variant)]
                 met.append(f"{name} {'✓' if ok else '✗'}")
@@ -889,9 +742,9 @@ def _throughput_table(result: BenchResult) -> list[str]:
         rows.append(
             [call]
             + [f"{rate[v]:,.0f}" if rate[v] else "-" for v in VARIANTS]
-            + [_ratio(ratio[OFF]), _ratio(ratio[ON]), " ".join(met) or "-"]
+            + [ratio(ratios[OFF]), ratio(ratios[ON]), " ".join(met) or "-"]
         )
-    lines += _md_table(header, rows)
+    lines += md_table(header, rows)
     lines += [
         "",
         "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x."
@@ -915,20 +768,13 @@ def _throughput_table(result: BenchResult) -> list[str]:
 def format_markdown(result: BenchResult, command: str | None = None) -> str:
     """The tables (medians over the repetitions), their targets and a legend, as Markdown."""
     s = result.settings
-    m = result.machine
     lines: list[str] = []
     if command:
         lines += [f"Command: `{command}`", ""]
-    load = " → ".join(
-        ", ".join(f"{x:.2f}" for x in la) for la in (m["loadavg_start"], m["loadavg_end"]) if la
-    )
     lines += [
-        f"Machine: {m['cores']} cores ({m['cpu']}), {m['platform']}, Python {m['python']},"
-        f" confluent-kafka {m['confluent_kafka']} / librdkafka {m['librdkafka']};"
-        f" load average (1, 5, 15 min) {load}. Cluster: {result.cluster}.",
+        machine_line(result.machine, result.cluster),
         f"Recovery: medians of {s.reps} repetition(s); the consumers alternate which runs"
-        " first."
-        f" Wall time {result.wall_s / 60:.1f} min.",
+        f" first. Wall time {result.wall_s / 60:.1f} min.",
         "",
     ]
     if result.recovery:
@@ -1032,15 +878,100 @@ def result_json(result: BenchResult) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1, default=str)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``benchmarks/run.py``'s entry: the same options and exit codes as
-    ``fastrebalance bench``, because it is that command."""
-    from .cli import main as cli_main
-
-    return cli_main(["bench", *(sys.argv[1:] if argv is None else argv)])
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        sys.exit(_worker_main())
-    sys.exit(main())
+# ------------------------------------------------------------------ the command
+def add_command(commands: a.Commands) -> None:
+    d = BenchSettings()
+    p = a.command(
+        commands,
+        "bench",
+        "benchmark post-crash latency, catch-up speed and overhead against plain "
+        "confluent-kafka",
+        (
+            "recovery: a group whose committed offsets lag the log end by B records restarts "
+            "while a producer writes fresh timestamped records; each record costs W us of "
+            "work. Measured for plain confluent_kafka.Consumer and fastrebalance.Consumer "
+            "(enable.parallel.rebalance=True), alternating: time to the first fresh record, "
+            "fresh-record latency p50/p99/max, time until the backlog is delivered, "
+            "records/s, peak RSS; plus the steady-state p99 (fastrebalance, no backlog).",
+            "steady: no backlog; poll() and consume(1000) throughput of raw confluent-kafka "
+            "and fastrebalance with the mode off and on.",
+            "Every run is its own process. Prints Markdown tables of the medians and ratios, "
+            "and writes a latency plot when matplotlib is installed "
+            "(pip install 'fastrebalance[bench]'). Runs on an embedded Kafka unless "
+            "--bootstrap-servers names a cluster.",
+        ),
+        """\
+examples:
+  fastrebalance bench                                   # everything, ~10 min on 2 cores
+  fastrebalance bench --backlogs 10000,100000 --reps 1 --duration 5
+  fastrebalance bench --scenario steady --reps 5
+  fastrebalance bench --bootstrap-servers localhost:9092 --plot latency.png
+""",
+    )
+    int_list, float_list, count = a.number_list(int, 1), a.number_list(float, 0), a.number(int, 1)
+    a.option(p, "--backlogs", d.backlogs, int_list, "B,...",
+             "recovery backlog sizes, records (default: {})")
+    a.option(p, "--work-us", d.work_us, float_list, "W,...",
+             "work per record, microseconds (default: {})")
+    a.option(p, "--reps", d.reps, count, "N",
+             "repetitions of every recovery run; tables show medians (default: {})")
+    a.option(p, "--steady-reps", d.steady_reps, count, "N",
+             "repetitions of every steady-state run (default: {})")
+    a.option(p, "--duration", d.duration_s, a.positive(), "SECONDS",
+             "fresh-latency window after each restart; each recovery run lasts at least "
+             "this long (default: {})")
+    a.rate(p, d.rate, "fresh records per second (default: {})")
+    a.partitions(p, d.partitions, "partitions of each benchmark topic (default: {})")
+    a.option(p, "--throughput-records", d.throughput_records, count, "N",
+             "records each steady-state run reads (default: {})")
+    a.option(p, "--poll-timeout", d.poll_timeout_s, a.number(float, 0), "SECONDS",
+             "timeout of each poll()/consume() in the steady-state loops "
+             "(default: {}, as in the README)")
+    p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
+                   help="which scenario to run (default: all; group: group-wide catch-up, 1-3 "
+                   "member processes, python -m fastrebalance.tools.groupbench run --help)")
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
+                        "topics and groups are deleted afterwards")
+    a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
+              "count as lost (default: {})")
+    p.add_argument("--plot", default="fastrebalance-bench.png", metavar="PATH",
+                   help="latency-over-time PNG, if matplotlib is installed (default: %(default)s)")
+    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    a.report_files(p)
+    p.set_defaults(func=_command)
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.scenario == "group":
+        from .groupbench import run_from_args
+
+        return run_from_args(args)
+
+    scenarios = ("steady", "recovery") if args.scenario == "all" else (args.scenario,)
+    settings = BenchSettings(
+        backlogs=args.backlogs, work_us=tuple(float(w) for w in args.work_us), reps=args.reps,
+        steady_reps=args.steady_reps, duration_s=args.duration, rate=args.rate,
+        partitions=args.partitions, throughput_records=args.throughput_records,
+        poll_timeout_s=args.poll_timeout, scenarios=scenarios,
+        bootstrap_servers=args.bootstrap_servers, run_timeout_s=args.timeout,
+    )  # fmt: skip
+    # The exact command, every option spelled out, so the tables can be reproduced.
+    options = ("scenario", "backlogs", "work_us", "reps", "steady_reps", "duration", "rate",
+               "partitions", "throughput_records", "poll_timeout", "bootstrap_servers")  # fmt: skip
+    command = " ".join(["fastrebalance bench", *a.spelled(args, options)])
+    print(f"fastrebalance bench: {command}\n", flush=True)
+    result = run_bench(settings, out=lambda line: print(line, flush=True))
+    a.write_report(args, format_markdown(result, command), lambda: result_json(result))
+    if not args.no_plot and "recovery" in scenarios:
+        written = write_plot(result, args.plot)
+        if written:
+            print(f"plot written to {written}")
+        else:
+            print("no plot: matplotlib is not installed (pip install 'fastrebalance[bench]')")
+    return a.EXIT_OK if result.ok else a.EXIT_CHECK_FAILED
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    sys.exit(worker_main({"recovery": _worker_recovery, "throughput": _worker_throughput}))

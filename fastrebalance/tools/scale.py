@@ -37,45 +37,54 @@ thread that calls ``run_scale()``. A worker's stdin reader thread touches no han
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import gc
 import json
 import os
 import queue
-import statistics
-import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
-from confluent_kafka import (
-    OFFSET_END,
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
 
-from .workload import (
-    FETCH_WAIT_MS,
+from ..testing._workload import (
     REQUEST_TIMEOUT_S,
-    SESSION_TIMEOUT_MS,
-    check_reachable,
-    cleanup,
-    encode_value,
-    format_duration,
+    FreshProducer,
+    Key,
+    log_ends,
+    produce_records,
     produce_time,
+    store_offsets,
 )
+from . import _args as a
+from ._runner import (
+    FAST,
+    PLAIN,
+    Column,
+    Out,
+    Session,
+    Worker,
+    alternate,
+    div,
+    emit,
+    machine_line,
+    maximum,
+    md_table,
+    memory_kib,
+    quiet,
+    ratio,
+    run_worker,
+    table,
+    worker_main,
+)
+from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
 
 __all__ = [
     "CellResult",
@@ -83,16 +92,13 @@ __all__ = [
     "ScaleResult",
     "ScaleSettings",
     "SeedResult",
+    "add_command",
     "format_markdown",
     "per_partition_requests",
     "result_json",
     "run_scale",
 ]
 
-Out = Callable[[str], None]
-Key = tuple[str, int]
-
-PLAIN, FAST = "plain", "fastrebalance"
 #: Targets from the issue, reported next to the measurements, never asserted here.
 TARGET_PLAN_S = 1.0
 TARGET_BYTES_PER_PARTITION = 2048
@@ -106,7 +112,6 @@ STATS_INTERVAL_MS = 1000
 #: Records asked per consume() call, as in the other benchmarks (workload.BATCH).
 BATCH = 500
 _WORKER_MODULE = "fastrebalance.tools.scale"
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LIB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TOOLS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -296,14 +301,6 @@ def per_partition_requests(requests: dict[str, int], partitions: int) -> dict[st
 
 
 # -------------------------------------------------------------------- worker
-def _rss_kib() -> int:
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def _trimmed_rss_kib() -> int | None:
     """RSS after returning freed heap to the system: librdkafka's fetch buffers and the
     plan's temporary objects leave free pages in the heap that RSS still counts."""
@@ -316,7 +313,7 @@ def _trimmed_rss_kib() -> int | None:
         libc.malloc_trim(0)
     except (OSError, AttributeError, TypeError):
         return None
-    return _rss_kib()
+    return memory_kib()
 
 
 def _lib_frame(filename: str) -> bool:
@@ -353,18 +350,6 @@ class _Stats:
         return parsed
 
 
-def _commands(stream: IO[str], into: queue.Queue[str]) -> None:
-    """The parent's commands, one a line (this thread touches no Kafka handle)."""
-    for line in stream:
-        into.put(line.strip())
-    into.put("eof")
-
-
-def _emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
 def _make(kind: str, spec: dict[str, Any], stats: _Stats) -> Any:
     conf: dict[str, Any] = {
         "bootstrap.servers": spec["bootstrap"],
@@ -393,7 +378,7 @@ def _wait_stats(consumer: Any, stats: _Stats, after: int, timeout: float = 3.0) 
         consumer.poll(0.05)
 
 
-def _worker_seed(spec: dict[str, Any]) -> dict[str, Any]:
+def _worker_seed(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[str, Any]:
     """assign() every partition (each gets a range), store the start offsets with their
     tokens in one synchronous commit, exit without processing: the crash."""
     stats = _Stats()
@@ -439,9 +424,9 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     stats = _Stats()
     consumer = _make(kind, spec, stats)
     gc.collect()
-    rss_base = _rss_kib()
+    rss_base = memory_kib()
     base_snapshot = tracemalloc.take_snapshot() if traced else None
-    _emit({"event": "ready"})
+    emit({"event": "ready"})
     if commands.get() != "go":
         raise RuntimeError("the parent went away before the go")
     changed: list[bool] = []
@@ -470,7 +455,7 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
             delivered += 1
             if first_fresh_s is None and produce_time(m.value()) >= wall0:
                 first_fresh_s = now
-                _emit({"event": "fresh", "t": now})
+                emit({"event": "fresh", "t": now})
         if changed:
             changed.clear()
             count = len(consumer.assignment())
@@ -482,7 +467,7 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
                 plan = consumer.metrics_snapshot().get("last_plan")
                 if plan is not None and (not plans or plans[-1][1] != plan["seconds"]):
                     plans.append((plan["partitions"], plan["seconds"], plan["read_seconds"]))
-            _emit({"event": "assignment", "t": now, "partitions": count, "plan": plan})
+            emit({"event": "assignment", "t": now, "partitions": count, "plan": plan})
         with contextlib.suppress(queue.Empty):
             command = commands.get_nowait()
             if command in ("finish", "eof"):
@@ -511,7 +496,7 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
         _wait_stats(consumer, stats, stats.count)
     doc = stats.doc()
     gc.collect()
-    rss = _rss_kib()
+    rss = memory_kib()
     trimmed = _trimmed_rss_kib()
     traced_lib = traced_all = None
     if traced and base_snapshot is not None:
@@ -549,194 +534,7 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     )
 
 
-def _worker_main() -> int:
-    commands: queue.Queue[str] = queue.Queue()
-    threading.Thread(
-        target=_commands, args=(sys.stdin, commands), name="commands", daemon=True
-    ).start()
-    spec = json.loads(commands.get())
-    answer = _worker_seed(spec) if spec["kind"] == "seed" else _worker_member(spec, commands)
-    _emit({"event": "result", "result": answer})
-    return 0
-
-
 # -------------------------------------------------------------------- parent
-class _Worker:
-    """One worker process: JSON spec and commands in, JSON events out (a pump thread
-    moves its stdout to a queue, so that waiting for an event can time out)."""
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", _WORKER_MODULE, "--worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self._err: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
-        self.send(json.dumps(spec))
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with contextlib.suppress(ValueError):
-                self.events.put(json.loads(line))
-        self.events.put(None)
-
-    def _drain_stderr(self) -> None:
-        # librdkafka logs to stderr; kept (the tail) for the error message only
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._err.append(line)
-            del self._err[:-40]
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-
-    def next_event(self, timeout: float) -> dict[str, Any] | None:
-        """The next event; None when none came within ``timeout``. Raises if it died."""
-        try:
-            event = self.events.get(timeout=max(timeout, 0.0))
-        except queue.Empty:
-            return None
-        if event is None:
-            self.events.put(None)
-            code = self.proc.wait()
-            raise RuntimeError(
-                f"scale worker {self.proc.pid} exited with code {code}: "
-                + ("".join(self._err[-15:]).strip() or "(no stderr)")
-            )
-        return event
-
-    def wait_for(self, name: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            event = self.next_event(deadline - time.monotonic())
-            if event is None:
-                raise RuntimeError(f"scale worker {self.proc.pid}: no {name!r} in {timeout:g}s")
-            if event.get("event") == name:
-                return event
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
-class _FreshSpray:
-    """Writes fresh timestamped records round-robin over many partitions at a steady
-    rate until stopped. Thread ownership: its Producer belongs to its own thread."""
-
-    def __init__(self, bootstrap: str, partitions: Sequence[Key], rate: float) -> None:
-        self._bootstrap = bootstrap
-        self._partitions = list(partitions)
-        self._rate = rate
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fresh-spray", daemon=True)
-        self.produced = 0
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        try:
-            producer = Producer({"bootstrap.servers": self._bootstrap, "linger.ms": 0})
-            started = time.monotonic()
-            seq = 0
-            n = len(self._partitions)
-            while not self._stop.is_set():
-                due = int((time.monotonic() - started) * self._rate) + 1
-                while seq < due:
-                    topic, partition = self._partitions[seq % n]
-                    try:
-                        value = encode_value("F", seq, time.time())
-                        producer.produce(topic, value, partition=partition)
-                    except BufferError:
-                        producer.poll(0.01)
-                        continue
-                    seq += 1
-                producer.poll(0)
-                self._stop.wait(max(0.0, started + seq / self._rate - time.monotonic()))
-            producer.flush(10)
-            self.produced = seq
-        except BaseException as exc:  # reported by the owner
-            self.error = exc
-
-
-def _topic_names(run_id: str, topics: int, label: str) -> list[str]:
-    return [f"fastrebalance-scale-{run_id}-{label}-{i}" for i in range(topics)]
-
-
-def _keys(topics: Sequence[str], per_topic: int) -> list[Key]:
-    return [(t, p) for t in topics for p in range(per_topic)]
-
-
-def _produce(bootstrap: str, keys: Sequence[Key], per_partition: int) -> None:
-    """``per_partition`` backlog records on every partition, all delivered."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    failed = 0
-
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        nonlocal failed
-        if err is not None:
-            failed += 1
-
-    seq = 0
-    for topic, partition in keys:
-        for _ in range(per_partition):
-            value = encode_value("B", seq, time.time())
-            while True:
-                try:
-                    producer.produce(topic, value, partition=partition, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            seq += 1
-        producer.poll(0)
-    left = producer.flush(60)
-    if failed or left:
-        raise RuntimeError(f"backlog: {failed + left} of {seq} records not delivered")
-
-
-def _log_ends(probe: PlainConsumer, keys: Sequence[Key]) -> dict[Key, int]:
-    """Every partition's log end in one ListOffsets request (a partition without an
-    answer is asked alone)."""
-    ask = [TopicPartition(t, p, OFFSET_END) for t, p in keys]
-    ends: dict[Key, int] = {}
-    with contextlib.suppress(KafkaException):
-        for tp in probe.offsets_for_times(ask, timeout=REQUEST_TIMEOUT_S):
-            if tp.error is None and tp.offset >= 0:
-                ends[(tp.topic, tp.partition)] = tp.offset
-    for key in keys:
-        if key not in ends:
-            _low, high = probe.get_watermark_offsets(
-                TopicPartition(*key), timeout=REQUEST_TIMEOUT_S, cached=False
-            )
-            ends[key] = high
-    return ends
-
-
-def _set_offsets(bootstrap: str, group: str, offsets: dict[Key, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-    request = [ConsumerGroupTopicPartitions(group, tps)]
-    admin.alter_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group].result()
-
-
 def _read_tokens(bootstrap: str, group: str, keys: Sequence[Key]) -> tuple[int, int]:
     """(partitions whose committed metadata is a valid range token, metadata bytes),
     read as any tool reads a group: a plain consumer's committed()."""
@@ -780,10 +578,10 @@ def _run_cell(
         "stats": mode == "timed",
         "tracemalloc": mode == "traced",
     }
-    workers: list[_Worker] = []
+    workers: list[Worker] = []
     try:
         for _ in range(members):
-            workers.append(_Worker(spec))
+            workers.append(Worker(_WORKER_MODULE, spec))
         for w in workers:
             w.wait_for("ready", 60.0)
         began = time.monotonic()
@@ -829,12 +627,9 @@ def _run_cell(
 
 
 def _seed(bootstrap: str, group: str, keys: Sequence[Key]) -> SeedResult:
-    worker = _Worker({"kind": "seed", "bootstrap": bootstrap, "group": group,
-                      "partitions": [list(k) for k in keys], "threshold": 0})  # fmt: skip
-    try:
-        got = worker.wait_for("result", 120.0)["result"]
-    finally:
-        worker.close()
+    spec = {"kind": "seed", "bootstrap": bootstrap, "group": group,
+            "partitions": [list(k) for k in keys], "threshold": 0}  # fmt: skip
+    got = run_worker(_WORKER_MODULE, spec, 120.0)
     if got["with_range"] != len(keys):
         raise RuntimeError(
             f"seed: {got['with_range']} of {len(keys)} partitions got a catch-up range"
@@ -869,64 +664,37 @@ def run_scale(
     Raises:
         RuntimeError, KafkaException: the cluster or a worker failed.
     """
-    from ..testing import EmbeddedKafka, ExternalKafka
-    from .bench import _loadavg, _quiet, machine_info
-
     s = settings or ScaleSettings()
-    emit = out or _quiet
-    began = time.monotonic()
-    run_id = uuid.uuid4().hex[:8]
+    emit = out or quiet
     cells: list[CellResult] = []
-    notes: list[str] = []
-    all_topics: list[str] = []
-    groups: list[str] = []
-    load_start = _loadavg()
-    with ExitStack() as stack:
-        owns_external = cluster is None and bool(s.bootstrap_servers)
-        if cluster is None:
-            if s.bootstrap_servers:
-                cluster = stack.enter_context(ExternalKafka(s.bootstrap_servers))
-            else:
-                emit("starting an embedded Kafka (librdkafka's mock cluster)...")
-                cluster = stack.enter_context(EmbeddedKafka())
-        bootstrap = cluster.bootstrap_servers
-        check_reachable(bootstrap)
-        probe = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": f"scale-{run_id}-p"})
-        stack.callback(probe.close)
+    with Session("scale", s.bootstrap_servers, cluster, emit) as session:
+        bootstrap = session.bootstrap
 
-        def group(name: str) -> str:
-            g = f"scale-{run_id}-{name}"
-            groups.extend([g, f"{g}.catchup"])
-            return g
-
-        def prepare(keys: Sequence[Key], tag: str, seeded: bool) -> dict[str, Any]:
+        def prepare(keys: Sequence[Key], tag: str) -> tuple[dict[str, str], dict[Key, int]]:
             """B records everywhere, both groups at log end - B, the fastrebalance one
             seeded with a token on every partition, then B more records."""
-            _produce(bootstrap, keys, s.backlog)
-            ends = _log_ends(probe, keys)
-            start = {k: e - s.backlog for k, e in ends.items()}
-            groups_ = {PLAIN: group(f"{tag}-plain"), FAST: group(f"{tag}-fast")}
-            for g in groups_.values():
-                _set_offsets(bootstrap, g, start)
-            seed = _seed(bootstrap, groups_[FAST], keys) if seeded else None
-            _produce(bootstrap, keys, s.backlog)
-            return {"groups": groups_, "start": start, "seed": seed}
+            produce(keys)
+            start = {k: e - s.backlog for k, e in log_ends(session.probe, keys).items()}
+            groups = {PLAIN: session.group(f"{tag}-plain"), FAST: session.group(f"{tag}-fast")}
+            for g in groups.values():
+                store_offsets(bootstrap, g, start)
+            seeds[tag] = _seed(bootstrap, groups[FAST], keys)
+            produce(keys)
+            return groups, start
 
-        def backlog_now(keys: Sequence[Key], start: dict[Key, int]) -> int:
-            ends = _log_ends(probe, keys)
-            return sum(ends[k] - start[k] for k in keys)
+        def produce(keys: Sequence[Key]) -> None:
+            failed = produce_records(bootstrap, keys, s.backlog * len(keys))
+            if failed:
+                raise RuntimeError(f"backlog: {failed} of {s.backlog * len(keys)} records lost")
 
+        seeds: dict[str, SeedResult] = {}
         turn = 0
         layouts = [(t, s.partitions // t, f"{t}t") for t in s.layouts]
-        few = [(1, s.few, "few")] if s.memory else []
-        for topics_n, per_topic, label in [*layouts, *few]:
-            topics = _topic_names(run_id, topics_n, label)
-            for t in topics:
-                cluster.create_topic(t, per_topic)
-            all_topics.extend(topics)
-            keys = _keys(topics, per_topic)
-            spray = _FreshSpray(bootstrap, keys, s.rate)
-            spray.start()
+        for topics_n, per_topic, label in [*layouts, *([(1, s.few, "few")] if s.memory else [])]:
+            topics = [session.topic(f"-{label}-{i}", per_topic) for i in range(topics_n)]
+            keys = [(t, p) for t in topics for p in range(per_topic)]
+            fresh = FreshProducer(bootstrap, keys, s.rate)
+            fresh.start()
             try:
                 # the few-partition runs are the memory baseline only
                 runs = [] if label == "few" else [(m, "timed") for m in s.members]
@@ -934,77 +702,43 @@ def run_scale(
                     runs += [(1, "memory"), (1, "traced")]
                 for members, mode in runs:
                     tag = f"{label}-{members}m-{mode}"
-                    prep = prepare(keys, tag, seeded=True)
-                    order = (PLAIN, FAST) if turn % 2 == 0 else (FAST, PLAIN)
-                    turn += 1
-                    for consumer in order:
-                        backlog = backlog_now(keys, prep["start"])
+                    groups, start = prepare(keys, tag)
+                    for consumer in alternate((PLAIN, FAST), turn):
+                        ends = log_ends(session.probe, keys)
+                        backlog = sum(ends[k] - start[k] for k in keys)
                         wall, results = _run_cell(
-                            bootstrap,
-                            s,
-                            consumer=consumer,
-                            topics=topics,
-                            keys=keys,
-                            members=members,
-                            group=prep["groups"][consumer],
-                            mode=mode,
-                        )
+                            bootstrap, s, consumer=consumer, topics=topics, keys=keys,
+                            members=members, group=groups[consumer], mode=mode,
+                        )  # fmt: skip
                         cell = CellResult(
-                            topics=topics_n,
-                            partitions=len(keys),
-                            members=members,
-                            consumer=consumer,
-                            backlog=backlog,
-                            wall_s=wall,
-                            results=results,
-                            seed=prep["seed"] if consumer == FAST else None,
-                            mode=mode,
-                        )
+                            topics=topics_n, partitions=len(keys), members=members,
+                            consumer=consumer, backlog=backlog, wall_s=wall, results=results,
+                            seed=seeds[tag] if consumer == FAST else None, mode=mode,
+                        )  # fmt: skip
                         cells.append(cell)
                         emit(_cell_line(cell))
+                    turn += 1
             finally:
-                spray.stop()
-            if spray.error is not None:
-                raise RuntimeError(f"the fresh producer failed: {spray.error}") from spray.error
-        if owns_external:
-            cleanup(bootstrap, all_topics, groups)
-    machine = machine_info()
-    machine["loadavg_start"] = load_start
-    machine["loadavg_end"] = _loadavg()
+                fresh.stop()
+            if fresh.error is not None:
+                raise RuntimeError(f"the fresh producer failed: {fresh.error}") from fresh.error
     return ScaleResult(
         settings=s,
-        cluster=f"{cluster.kind} cluster at {bootstrap}",
-        machine=machine,
+        cluster=session.description,
+        machine=session.machine(),
         cells=tuple(cells),
-        wall_s=time.monotonic() - began,
-        notes=tuple(notes),
+        wall_s=session.wall_s,
     )
 
 
 # ------------------------------------------------------------------ printing
-def _max(values: Iterable[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return max(got) if got else None
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return statistics.median(got) if got else None
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    if a is None or not b:
-        return "-"
-    return f"{a / b:.2f}x"
-
-
 def _layout(cell: CellResult) -> str:
     if cell.topics == 1:
         return f"1 topic of {cell.partitions:,}"
     return f"{cell.topics} topics of {cell.partitions // cell.topics}"
 
 
-def _plan_max(cell: CellResult) -> tuple[float | None, int]:
+def _slowest_plan(cell: CellResult) -> tuple[float | None, int]:
     plans = [p for r in cell.results for p in r.plans]
     if not plans:
         return None, 0
@@ -1014,19 +748,19 @@ def _plan_max(cell: CellResult) -> tuple[float | None, int]:
 
 def _cell_line(cell: CellResult) -> str:
     d = format_duration
-    plan, planned = _plan_max(cell)
+    plan, planned = _slowest_plan(cell)
     rs = cell.results
     line = (
         f"{_layout(cell)}, {cell.members} member(s), {cell.consumer}"
         f"{'' if cell.mode == 'timed' else f' ({cell.mode})'}: backlog {cell.backlog:,},"
-        f" first fresh {d(_max(r.first_fresh_s for r in rs))},"
-        f" settled {d(_max(r.settled_s for r in rs))}"
+        f" first fresh {d(maximum(r.first_fresh_s for r in rs))},"
+        f" settled {d(maximum(r.settled_s for r in rs))}"
     )
     if plan is not None:
         line += f", plan {d(plan)} ({planned:,} partitions)"
     line += (
-        f", commit {d(_max(r.commit_s for r in rs))}, close {d(_max(r.close_s for r in rs))},"
-        f" RSS {_max(r.rss_kib for r in rs) or 0:,.0f} KiB"
+        f", commit {d(maximum(r.commit_s for r in rs))}, close {d(maximum(r.close_s for r in rs))},"
+        f" RSS {maximum(r.rss_kib for r in rs) or 0:,.0f} KiB"
     )
     if cell.seed is not None:
         line += (
@@ -1034,13 +768,6 @@ def _cell_line(cell: CellResult) -> str:
             f" commit {d(cell.seed.commit_s)}"
         )
     return line
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
-    align = ["---"] * min(left, len(header)) + ["--:"] * max(0, len(header) - left)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
 
 
 def _timed(result: ScaleResult) -> list[CellResult]:
@@ -1059,73 +786,71 @@ def _pair(result: ScaleResult, cell: CellResult, consumer: str) -> CellResult | 
     )
 
 
+def _slowest(cell: CellResult | None, name: str) -> float | None:
+    """A member time of a cell: its slowest member's (the group's)."""
+    return maximum(getattr(r, name) for r in cell.results) if cell else None
+
+
 def _restart_table(result: ScaleResult) -> list[str]:
     d = format_duration
-    header = ["layout", "members", "consumer", "backlog at restart", "assigned", "settled",
-              "first fresh", "plan (partitions)", "plan: round trips", "commit()",
-              "close()", "first fresh ÷ plain", "close() ÷ plain"]  # fmt: skip
-    rows = []
-    for cell in _timed(result):
-        if cell.partitions == result.settings.few:
-            continue
-        rs = cell.results
-        plan, planned = _plan_max(cell)
-        reads = _max(p[2] for r in rs for p in r.plans)
+
+    def vs_plain(cell: CellResult, name: str) -> str:
         plain = _pair(result, cell, PLAIN) if cell.consumer == FAST else None
-        fresh = _max(r.first_fresh_s for r in rs)
-        close = _max(r.close_s for r in rs)
-        plain_fresh = _max(r.first_fresh_s for r in plain.results) if plain else None
-        plain_close = _max(r.close_s for r in plain.results) if plain else None
-        rows.append(
-            [
-                _layout(cell),
-                str(cell.members),
-                cell.consumer,
-                f"{cell.backlog:,}",
-                d(_max(r.assigned_s for r in rs)),
-                d(_max(r.settled_s for r in rs)),
-                d(fresh),
-                f"{d(plan)} ({planned:,})" if plan is not None else "-",
-                d(reads) if reads is not None else "-",
-                d(_max(r.commit_s for r in rs)),
-                d(close),
-                _ratio(fresh, plain_fresh),
-                _ratio(close, plain_close),
-            ]
-        )
-    return _md_table(header, rows, left=3)
+        return ratio(div(_slowest(cell, name), _slowest(plain, name)))
+
+    def plan(cell: CellResult) -> str:
+        seconds, planned = _slowest_plan(cell)
+        return f"{d(seconds)} ({planned:,})" if seconds is not None else "-"
+
+    def reads(cell: CellResult) -> str:
+        got = maximum(p[2] for r in cell.results for p in r.plans)
+        return d(got) if got is not None else "-"
+
+    columns: list[Column[CellResult]] = [
+        ("layout", _layout),
+        ("members", lambda c: str(c.members)),
+        ("consumer", lambda c: c.consumer),
+        ("backlog at restart", lambda c: f"{c.backlog:,}"),
+        ("assigned", lambda c: d(_slowest(c, "assigned_s"))),
+        ("settled", lambda c: d(_slowest(c, "settled_s"))),
+        ("first fresh", lambda c: d(_slowest(c, "first_fresh_s"))),
+        ("plan (partitions)", plan),
+        ("plan: round trips", reads),
+        ("commit()", lambda c: d(_slowest(c, "commit_s"))),
+        ("close()", lambda c: d(_slowest(c, "close_s"))),
+        ("first fresh ÷ plain", lambda c: vs_plain(c, "first_fresh_s")),
+        ("close() ÷ plain", lambda c: vs_plain(c, "close_s")),
+    ]
+    cells = [c for c in _timed(result) if c.partitions != result.settings.few]
+    return table(columns, cells, left=3)
 
 
 def _token_table(result: ScaleResult) -> list[str]:
+    """One row per layout: its one-member fastrebalance cell's seed."""
     d = format_duration
-    header = ["layout", "partitions", "plan of assign()", "commit() sync", "tokens stored",
-              "metadata bytes", "per partition", "sent to the coordinator",
-              "plain commit() sync (no metadata)"]  # fmt: skip
-    rows = []
-    seen: set[tuple[int, int]] = set()
-    for cell in _timed(result):
-        seed = cell.seed
-        if seed is None or cell.partitions == result.settings.few:
-            continue
-        if (cell.topics, cell.members) in seen or cell.members != 1:
-            continue
-        seen.add((cell.topics, cell.members))
-        plain = _pair(result, cell, PLAIN)
-        plain_commit = _max(r.commit_s for r in plain.results) if plain else None
-        rows.append(
-            [
-                _layout(cell),
-                f"{cell.partitions:,}",
-                d(seed.plan_s),
-                d(seed.commit_s),
-                f"{seed.tokens:,}",
-                f"{seed.metadata_bytes:,}",
-                f"{seed.metadata_bytes / cell.partitions:.1f} B",
-                f"{seed.coordinator_bytes:,} B" if seed.coordinator_bytes is not None else "-",
-                d(plain_commit),
-            ]
-        )
-    return _md_table(header, rows)
+
+    def _plain(cell: CellResult) -> CellResult | None:
+        return _pair(result, cell, PLAIN)
+
+    def _bytes(n: int | None) -> str:
+        return "-" if n is None else f"{n:,} B"
+
+    columns: list[Column[tuple[CellResult, SeedResult]]] = [
+        ("layout", lambda cs: _layout(cs[0])),
+        ("partitions", lambda cs: f"{cs[0].partitions:,}"),
+        ("plan of assign()", lambda cs: d(cs[1].plan_s)),
+        ("commit() sync", lambda cs: d(cs[1].commit_s)),
+        ("tokens stored", lambda cs: f"{cs[1].tokens:,}"),
+        ("metadata bytes", lambda cs: f"{cs[1].metadata_bytes:,}"),
+        ("per partition", lambda cs: f"{cs[1].metadata_bytes / cs[0].partitions:.1f} B"),
+        ("sent to the coordinator", lambda cs: _bytes(cs[1].coordinator_bytes)),
+        ("plain commit() sync (no metadata)", lambda cs: d(_slowest(_plain(cs[0]), "commit_s"))),
+    ]
+    seeded: dict[int, tuple[CellResult, SeedResult]] = {}
+    for c in _timed(result):
+        if c.seed is not None and c.partitions != result.settings.few and c.members == 1:
+            seeded.setdefault(c.topics, (c, c.seed))
+    return table(columns, seeded.values())
 
 
 def memory_per_partition(result: ScaleResult) -> dict[str, dict[str, float | None]]:
@@ -1199,9 +924,9 @@ def _memory_table(result: ScaleResult) -> list[str]:
     plain_rss, fast_rss = mem[PLAIN]["rss_kib_per_partition"], mem[FAST]["rss_kib_per_partition"]
     plain_trim = mem[PLAIN]["rss_trimmed_kib_per_partition"]
     fast_trim = mem[FAST]["rss_trimmed_kib_per_partition"]
-    rows.append(["fastrebalance ÷ plain", "", "", _ratio(fast_rss, plain_rss),
-                 _ratio(fast_trim, plain_trim), "", ""])  # fmt: skip
-    return _md_table(header, rows)
+    rows.append(["fastrebalance ÷ plain", "", "", ratio(div(fast_rss, plain_rss)),
+                 ratio(div(fast_trim, plain_trim)), "", ""])  # fmt: skip
+    return md_table(header, rows)
 
 
 def _request_table(result: ScaleResult) -> list[str]:
@@ -1232,7 +957,7 @@ def _request_table(result: ScaleResult) -> list[str]:
                     ", ".join(sorted(flagged)) or f"none (≈{per_member:,} per member)",
                 ]
             )
-    return _md_table(header, rows, left=4)
+    return md_table(header, rows, left=4)
 
 
 def targets(result: ScaleResult) -> dict[str, tuple[bool | None, str]]:
@@ -1274,20 +999,11 @@ def targets(result: ScaleResult) -> dict[str, tuple[bool | None, str]]:
 def format_markdown(result: ScaleResult, command: str | None = None) -> str:
     """The tables, their targets and a legend, as Markdown."""
     s = result.settings
-    m = result.machine
     lines: list[str] = []
     if command:
         lines += [f"Command: `{command}`", ""]
-    load = " → ".join(
-        ", ".join(f"{x:.2f}" for x in la)
-        for la in (m.get("loadavg_start"), m.get("loadavg_end"))
-        if la
-    )
     lines += [
-        f"Machine: {m['cores']} cores ({m['cpu']}), {m['platform']}, Python {m['python']},"
-        f" confluent-kafka {m['confluent_kafka']} / librdkafka {m['librdkafka']};"
-        f" load average (1, 5, 15 min) {load}. Cluster: {result.cluster}."
-        f" Wall time {result.wall_s / 60:.1f} min.",
+        machine_line(result.machine, result.cluster) + f" Wall time {result.wall_s / 60:.1f} min.",
         "",
         f"### Restart: {s.partitions:,} partitions, {2 * s.backlog} backlog records on every"
         f" partition, {s.rate:g} fresh records/s",
@@ -1357,7 +1073,7 @@ def format_markdown(result: ScaleResult, command: str | None = None) -> str:
         [name, {True: "✓ met", False: "✗ missed", None: "-"}[ok], why]
         for name, (ok, why) in targets(result).items()
     ]
-    lines += _md_table(["target", "", "measured"], rows)
+    lines += md_table(["target", "", "measured"], rows)
     for note in result.notes:
         lines.append(f"Note: {note}")
     return "\n".join(lines).rstrip() + "\n"
@@ -1367,9 +1083,82 @@ def result_json(result: ScaleResult) -> str:
     return json.dumps(dataclasses.asdict(result), indent=1, default=str)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--worker"]:
-        sys.exit(_worker_main())
-    from .cli import main as cli_main
+# ------------------------------------------------------------------ the command
+def add_command(commands: a.Commands) -> None:
+    d = ScaleSettings()
+    p = a.command(
+        commands,
+        "bench-scale",
+        "benchmark a restart at 1,000 partitions (planning, commit size, memory, "
+        "requests) against plain confluent-kafka",
+        (
+            "A group restarts over P partitions (one topic, or P/T topics each), with 1 or "
+            "N members (one process each), and every partition has a small backlog: with "
+            "fastrebalance every partition gets a catch-up range, and the group already "
+            "holds a range token on every partition (written by an assign()-only "
+            "fastrebalance consumer before the restart). A producer writes fresh records "
+            "over every partition throughout.",
+            "Measured for plain confluent_kafka.Consumer and fastrebalance.Consumer "
+            "(enable.parallel.rebalance=True): join to first fresh record, the plan inside "
+            "the rebalance callback, a synchronous commit of a token on every partition "
+            "(time, metadata bytes, bytes sent), memory per assigned idle partition (RSS, "
+            "and tracemalloc of the library's own structures), close(), and broker requests "
+            "by type (librdkafka statistics), to show that nothing is asked per partition.",
+            "Exit code 1 if a member sent some request type once per partition or the "
+            "token was not stored on every partition; the timing and memory targets are "
+            "reported, not enforced. Runs on an embedded Kafka unless --bootstrap-servers "
+            "names a cluster.",
+        ),
+        """\
+examples:
+  fastrebalance bench-scale                             # 1,000 partitions, ~4 min on 2 cores
+  fastrebalance bench-scale --partitions 100 --layouts 1 --members 1   # seconds
+  fastrebalance bench-scale --bootstrap-servers localhost:9092 --markdown scale.md
+""",
+    )
+    a.partitions(p, d.partitions, "partitions of the group in every layout (default: {})", 2)
+    a.option(p, "--layouts", d.layouts, a.number_list(int, 1), "T,...",
+             "topics to spread the partitions over, one run each; must divide P (default: {})")
+    a.option(p, "--members", d.members, a.number_list(int, 1), "N,...",
+             "group sizes, one process per member (default: {})")
+    a.option(p, "--backlog", d.backlog, a.number(int, 1), "B", "records written to every "
+             "partition before the crash, and again after it (default: {})")
+    a.threshold(p, d.threshold, "parallel.rebalance.lag.threshold, below B (default: {})")
+    a.rate(p, d.rate, "fresh records per second over all partitions (default: {})")
+    a.option(p, "--few", d.few, a.number(int, 1), "N",
+             "partitions of the memory baseline run (default: {})")
+    a.option(p, "--settle", d.settle_s, a.number(float, 0), "SECONDS", "the group counts as "
+             "settled after this long without an assignment change (default: {})")
+    a.timeout(p, d.run_timeout_s,
+              "give up on a run that has not settled after this long (default: {})")
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
+                        "topics and groups are deleted afterwards")
+    a.report_files(p)
+    p.set_defaults(func=_command)
 
-    sys.exit(cli_main(["bench-scale", *sys.argv[1:]]))
+
+def _command(args: argparse.Namespace) -> int:
+    try:
+        settings = ScaleSettings(
+            partitions=args.partitions, layouts=args.layouts, members=args.members,
+            backlog=args.backlog, threshold=args.threshold, rate=args.rate, few=args.few,
+            settle_s=args.settle, run_timeout_s=args.timeout,
+            bootstrap_servers=args.bootstrap_servers,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"fastrebalance bench-scale: error: {exc}", file=sys.stderr)
+        return a.EXIT_USAGE
+    # The exact command, every option spelled out, so the tables can be reproduced.
+    options = ("partitions", "layouts", "members", "backlog", "threshold", "rate", "few",
+               "settle", "bootstrap_servers")  # fmt: skip
+    command = " ".join(["fastrebalance bench-scale", *a.spelled(args, options)])
+    print(f"fastrebalance bench-scale: {command}\n", flush=True)
+    result = run_scale(settings, out=lambda line: print(line, flush=True))
+    a.write_report(args, format_markdown(result, command), lambda: result_json(result))
+    requests_ok = targets(result)["no per-partition broker requests"][0] is not False
+    tokens_ok = all(c.seed.tokens == c.partitions for c in result.cells if c.seed is not None)
+    return a.EXIT_OK if requests_ok and tokens_ok else a.EXIT_CHECK_FAILED
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    sys.exit(worker_main({"seed": _worker_seed, "member": _worker_member}))

@@ -1,7 +1,8 @@
-"""Benchmarks of the Spark source: restart to the first fresh record, and live latency at scale.
+"""``fastrebalance bench-spark``: the Spark source's restart to the first fresh record, and
+its live latency at scale.
 
-    python -m fastrebalance.tools.spark_bench --backlog 500000 --repeat 3
-    python -m fastrebalance.tools.spark_bench --scale 4,1000 --repeat 2
+    fastrebalance bench-spark --backlog 500000 --repeat 3
+    python -m fastrebalance.tools.spark_bench --scale 4,1000 --repeat 2   # the same command
 
 On the embedded cluster, or on any broker with ``--bootstrap-servers``.
 
@@ -43,6 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from ..testing._workload import PacedProducer, watermarks
+from . import _args as a
+from ._runner import Session, md_table
 
 MODES: dict[str, dict[str, str]] = {
     # KIP-333 catch-up with the default budgets
@@ -124,47 +129,25 @@ def _produce(bootstrap: str, topic: str, partitions: int, count: int, kind: str)
         raise RuntimeError("producer could not flush")
 
 
-def _log_size(bootstrap: str, topic: str, partitions: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-marks"})
-    try:
-        total = 0
-        for p in range(partitions):
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += high - low
-        return total
-    finally:
-        c.close()
+class _Live(PacedProducer):
+    """Live records in the job's JSON, round-robin over the partitions."""
 
-
-class _Live(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-        self.topic, self.partitions, self.interval = topic, partitions, 1.0 / rate
-        self.sent = 0
-        self.halt = threading.Event()
+        super().__init__({"bootstrap.servers": bootstrap, "linger.ms": 0}, rate, "live")
+        self.topic, self.partitions = topic, partitions
 
-    def run(self) -> None:
-        next_at = time.monotonic()
-        while not self.halt.is_set():
-            self.producer.produce(
-                self.topic, value=_value("fresh", self.sent), partition=self.sent % self.partitions
-            )
-            self.producer.poll(0)
-            self.sent += 1
-            next_at += self.interval
-            self.halt.wait(max(next_at - time.monotonic(), 0))
-        self.producer.flush(10)
+    def record(self, seq: int) -> tuple[str, int, bytes]:
+        return self.topic, seq % self.partitions, _value("fresh", seq)
 
 
 def run_mode(
-    spark: Any, bootstrap: str, create_topic: Any, mode: str, backlog: int, partitions: int,
-    rate: float, workdir: str, verbose: bool = False,
+    spark: Any, session: Session, mode: str, backlog: int, partitions: int, rate: float,
+    workdir: str, verbose: bool = False,
 ) -> Result:  # fmt: skip
     from pyspark.sql import functions as F
 
-    topic = f"bench-{mode}-{uuid.uuid4().hex[:6]}"
-    create_topic(topic, partitions)
+    bootstrap = session.bootstrap
+    topic = session.topic(f"-{mode}-{uuid.uuid4().hex[:6]}", partitions)
     out, checkpoint = os.path.join(workdir, topic, "out"), os.path.join(workdir, topic, "ck")
     batches: list[BatchStats] = []
     schema = "kind string, seq long, sent_ms long, customer string, amount double"
@@ -216,7 +199,7 @@ def run_mode(
     q.processAllAvailable()  # committed too: a stop before the commit would replay the batch
     q.stop()
     _produce(bootstrap, topic, partitions, backlog, "backlog")
-    stored = _log_size(bootstrap, topic, partitions)
+    stored = sum(hi - lo for lo, hi in watermarks(session.probe, topic, partitions))
     if stored != 1000 + backlog:
         raise RuntimeError(f"retention dropped records: {stored} stored of {1000 + backlog}")
 
@@ -228,11 +211,10 @@ def run_mode(
     q = start()
     try:
         wait(lambda: count("backlog") >= backlog and count("fresh") > 0, 600, "the backlog")
-        live.halt.set()
-        live.join()
+        live.stop()
         wait(lambda: count("fresh") >= live.sent, 120, "the live records")
     finally:
-        live.halt.set()
+        live.stop()
         q.stop()
     for p in q.recentProgress:
         if p["numInputRows"]:
@@ -262,7 +244,7 @@ def run_mode(
     return result
 
 
-def _median(values: Sequence[float]) -> str:
+def _spread(values: Sequence[float]) -> str:
     """``median (min-max)``, or the one value."""
     ok = [v for v in values if not math.isnan(v)]
     if not ok:
@@ -282,12 +264,10 @@ def format_table(results: Sequence[Result]) -> str:
     by_mode = {m: [r for r in results if r.mode == m] for m in modes}
     base = by_mode.get(BASELINE, [])
     base_median = statistics.median([r.drained_s for r in base]) if base else math.nan
-    lines = [
-        "| mode | restart → first fresh record in the sink | backlog fully in the sink"
-        f" | ÷ {BASELINE} | batches with backlog | each backlog batch | restart batch"
-        " | oldest live record while the backlog is read |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["mode", "restart → first fresh record in the sink", "backlog fully in the sink",
+              f"÷ {BASELINE}", "batches with backlog", "each backlog batch", "restart batch",
+              "oldest live record while the backlog is read"]  # fmt: skip
+    rows = []
     for m in modes:
         runs = by_mode[m]
         drained = [r.drained_s for r in runs]
@@ -298,13 +278,11 @@ def format_table(results: Sequence[Result]) -> str:
             ratio_text += f" ({min(paired):.2f}-{max(paired):.2f})"
         counts = sorted(len(r.drain_batches) for r in runs)
         each = [d for r in runs for d in r.drain_batches]
-        lines.append(
-            f"| {m} | {_median([r.first_fresh_s for r in runs])} | {_median(drained)}"
-            f" | {ratio_text} | {'/'.join(map(str, counts))} | {_median(each)}"
-            f" | {_median([r.restart_batch_s for r in runs])}"
-            f" | {_median([r.worst_fresh_age_s for r in runs])} |"
-        )
-    return "\n".join(lines)
+        rows.append([m, _spread([r.first_fresh_s for r in runs]), _spread(drained), ratio_text,
+                     "/".join(map(str, counts)), _spread(each),
+                     _spread([r.restart_batch_s for r in runs]),
+                     _spread([r.worst_fresh_age_s for r in runs])])  # fmt: skip
+    return "\n".join(md_table(header, rows, left=len(header)))
 
 
 @dataclass
@@ -320,7 +298,7 @@ class ScaleResult:
         return (
             f"{self.partitions:5d} partitions: {len(lat)} records, p50 {_pct(lat, 50):.0f} ms,"
             f" p99 {_pct(lat, 99):.0f} ms, max {lat[-1] if lat else math.nan:.0f} ms;"
-            f" {len(self.batch_s)} batches of {_median(self.batch_s)};"
+            f" {len(self.batch_s)} batches of {_spread(self.batch_s)};"
             f" planning call {statistics.median(self.plan_ms):.1f} ms,"
             f" ListOffsets per broker {self.list_offsets_per_broker}"
         )
@@ -394,14 +372,13 @@ def measure_planning(bootstrap: str, topic: str, calls: int = 10) -> tuple[list[
 
 
 def run_scale(
-    spark: Any, bootstrap: str, create_topic: Any, partitions: int, rate: float, seconds: float,
-    workdir: str,
-) -> ScaleResult:  # fmt: skip
+    spark: Any, session: Session, partitions: int, rate: float, seconds: float, workdir: str
+) -> ScaleResult:
     """Light live traffic on a topic of ``partitions``; latency of every record to the sink."""
     from pyspark.sql import functions as F
 
-    topic = f"scale-{partitions}-{uuid.uuid4().hex[:6]}"
-    create_topic(topic, partitions)
+    bootstrap = session.bootstrap
+    topic = session.topic(f"-scale-{partitions}-{uuid.uuid4().hex[:6]}", partitions)
     _await_leaders(bootstrap, topic, partitions)
     latencies: list[float] = []
     measuring = threading.Event()
@@ -463,58 +440,70 @@ def format_scale_table(results: Sequence[ScaleResult]) -> str:
     base = min(sizes)
     lats = {n: [x for r in results if r.partitions == n for x in r.latencies_ms] for n in sizes}
     p99 = {n: _pct(lats[n], 99) for n in sizes}
-    lines = [
-        "| partitions | records | produce → sink p50 | p99 | max | p99 ÷ "
-        f"{base} partitions | batch duration | planning call | ListOffsets requests per broker |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["partitions", "records", "produce → sink p50", "p99", "max",
+              f"p99 ÷ {base} partitions", "batch duration", "planning call",
+              "ListOffsets requests per broker"]  # fmt: skip
+    rows = []
     for n in sizes:
         runs = [r for r in results if r.partitions == n]
         lat = sorted(x for r in runs for x in r.latencies_ms)
         plans = [x for r in runs for x in r.plan_ms]
-        lines.append(
-            f"| {n} | {len(lat)} | {_pct(lat, 50):.0f} ms | {p99[n]:.0f} ms | {lat[-1]:.0f} ms"
-            f" | {p99[n] / p99[base]:.2f}x | {_median([x for r in runs for x in r.batch_s])}"
-            f" | {statistics.median(plans):.0f} ms | {runs[-1].list_offsets_per_broker} |"
-        )
-    return "\n".join(lines)
+        rows.append([str(n), str(len(lat)), f"{_pct(lat, 50):.0f} ms", f"{p99[n]:.0f} ms",
+                     f"{lat[-1]:.0f} ms", f"{p99[n] / p99[base]:.2f}x",
+                     _spread([x for r in runs for x in r.batch_s]),
+                     f"{statistics.median(plans):.0f} ms",
+                     str(runs[-1].list_offsets_per_broker)])  # fmt: skip
+    return "\n".join(md_table(header, rows, left=len(header)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--backlog", type=int, default=500_000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rate", type=float, default=100.0, help="live records per second")
-    parser.add_argument(
-        "--modes", default="catchup,plain,plain-limited", help=f"any of {', '.join(MODES)}"
+# ------------------------------------------------------------------ the command
+def add_command(commands: a.Commands) -> None:
+    p = a.command(
+        commands,
+        "bench-spark",
+        "benchmark the Spark source: restart to the first fresh record, live latency at scale",
+        (
+            "restart: for each mode, a query reads a topic and is stopped, a backlog piles up, "
+            "live traffic starts and the query restarts from its checkpoint. Measured: when "
+            "the first live record reaches the sink, when the whole backlog has, how stale "
+            "the live records got meanwhile, and the batches that carried the backlog.",
+            "--scale: a query with the quick start's options on topics of each size under "
+            "light live traffic: produce-to-sink latency, and what one planning call costs "
+            "the driver (its time, its ListOffsets requests per broker).",
+            "Modes run interleaved, a warm-up run first (not reported). Needs pyspark; runs "
+            "on an embedded Kafka unless --bootstrap-servers names a cluster.",
+        ),
+        """\
+examples:
+  fastrebalance bench-spark --backlog 500000 --repeat 3
+  fastrebalance bench-spark --backlog 500000 --repeat 3 --modes catchup,catchup-25k-tasks,plain
+  fastrebalance bench-spark --scale 4,1000 --seconds 60 --repeat 2
+""",
     )
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument(
-        "--warmup", type=int, default=1, help="unreported runs first, to warm up the JVM"
-    )
-    parser.add_argument(
-        "--scale",
-        default="",
-        help="partitions mode: comma-separated partition counts, e.g. 4,1000 (instead of the"
-        " restart benchmark)",
-    )
-    parser.add_argument("--seconds", type=float, default=60.0, help="partitions mode: per run")
-    parser.add_argument(
-        "--bootstrap-servers", default="", help="a running broker (default: an embedded one)"
-    )
-    parser.add_argument("--verbose", action="store_true", help="print every batch")
-    args = parser.parse_args(argv)
-    modes = args.modes.split(",")
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        parser.error(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
-    sizes = [int(x) for x in args.scale.split(",") if x.strip()]
+    a.option(p, "--backlog", 500_000, a.number(int, 1), "N",
+             "records piled up while the query is down (default: {})")
+    a.partitions(p, 4, "partitions of each restart topic (default: {})")
+    a.rate(p, 100.0, "live records per second (default: {})")
+    a.option(p, "--modes", ("catchup", "plain", "plain-limited"), a.name_list(tuple(MODES)),
+             "LIST", f"restart modes, any of {', '.join(MODES)} (default: {{}})")
+    a.option(p, "--repeat", 1, a.number(int, 1), "N", "runs of each mode or size (default: {})")
+    a.option(p, "--warmup", 1, a.number(int, 0), "N",
+             "unreported runs first, to warm up the JVM (default: {})")
+    a.option(p, "--scale", (), a.number_list(int, 1), "P,...",
+             "partitions mode: the topic sizes, e.g. 4,1000 (instead of the restart benchmark)")
+    a.option(p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run "
+             "(default: {})")
+    a.bootstrap_servers(p, "a running broker (default: an embedded one)")
+    p.add_argument("--verbose", dest="print_batches", action="store_true",
+                   help="print every batch")
+    p.set_defaults(func=_command)
 
+
+def _command(args: argparse.Namespace) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from fastrebalance.spark import register
-    from fastrebalance.testing import EmbeddedKafka, ExternalKafka
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -529,42 +518,27 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="fastrebalance-bench-")
     results: list[Result] = []
     scaled: list[ScaleResult] = []
-    cluster: Any = (
-        ExternalKafka(args.bootstrap_servers) if args.bootstrap_servers else EmbeddedKafka()
-    )
+    sizes, modes = args.scale, args.modes
     try:
-        with cluster as kafka:
-            if sizes:
-                for n in sizes[:1] * args.warmup:
-                    warm = run_scale(
-                        spark, kafka.bootstrap_servers, kafka.create_topic, n, args.rate,
-                        min(args.seconds, 15), workdir,
-                    )  # fmt: skip
-                    print("(warm-up) " + warm.line(), flush=True)
-                for _ in range(args.repeat):
-                    for n in sizes:
-                        sr = run_scale(
-                            spark, kafka.bootstrap_servers, kafka.create_topic, n, args.rate,
-                            args.seconds, workdir,
-                        )  # fmt: skip
-                        scaled.append(sr)
-                        print(sr.line(), flush=True)
-            else:
-
-                def run(mode: str, backlog: int) -> Result:
-                    return run_mode(
-                        spark, kafka.bootstrap_servers, kafka.create_topic, mode, backlog,
-                        args.partitions, args.rate, workdir, args.verbose,
-                    )  # fmt: skip
-
-                for _ in range(args.warmup):
-                    warm_up = run(modes[0], min(args.backlog, 200_000))
-                    print("(warm-up) " + warm_up.line(), flush=True)
-                for _ in range(args.repeat):
-                    for mode in modes:
-                        r = run(mode, args.backlog)
-                        results.append(r)
-                        print(r.line(), flush=True)
+        with Session("spark", args.bootstrap_servers, out=None) as session:
+            for n in sizes[:1] * args.warmup:
+                warm = run_scale(spark, session, n, args.rate, min(args.seconds, 15), workdir)
+                print("(warm-up) " + warm.line(), flush=True)
+            for _ in range(args.warmup if not sizes else 0):
+                backlog = min(args.backlog, 200_000)
+                warm_up = run_mode(spark, session, modes[0], backlog, args.partitions, args.rate,
+                                   workdir, args.print_batches)  # fmt: skip
+                print("(warm-up) " + warm_up.line(), flush=True)
+            for _ in range(args.repeat):
+                for n in sizes:
+                    sr = run_scale(spark, session, n, args.rate, args.seconds, workdir)
+                    scaled.append(sr)
+                    print(sr.line(), flush=True)
+                for mode in modes if not sizes else ():
+                    r = run_mode(spark, session, mode, args.backlog, args.partitions, args.rate,
+                                 workdir, args.print_batches)  # fmt: skip
+                    results.append(r)
+                    print(r.line(), flush=True)
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -575,14 +549,14 @@ def main(argv: list[str] | None = None) -> int:
             f" {args.repeat} run(s) per size\n"
         )
         print(format_scale_table(scaled))
-        return 0
+        return a.EXIT_OK
     print(
         f"\nbacklog {args.backlog:,} records, {args.partitions} partitions, {args.rate:g} live"
         f" records/s on {where}; {args.repeat} run(s) per mode, median (range)\n"
     )
     print(format_table(results))
-    return 0
+    return a.EXIT_OK
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(a.run_alone(add_command, "bench-spark"))

@@ -21,7 +21,10 @@ calls ``read()``; everything else here is pure.
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
+import sys
 import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,6 +46,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from .._config import CATCHUP_GROUP_SUFFIX
 from .._planning import restore
 from .._token import ChildCheckpoint, TokenError, decode_child_checkpoint, decode_group_token
+from . import _args as a
 
 __all__ = [
     "JSON_SCHEMA_VERSION",
@@ -55,6 +59,7 @@ __all__ = [
     "StatusError",
     "StatusReader",
     "TopicNotFoundError",
+    "add_command",
     "format_status",
     "partition_status",
     "read_status",
@@ -710,3 +715,147 @@ def _wrap(line: str, width: int = 100) -> str:
     if len(line) <= width or line.startswith(" ") or "  " in line:
         return line
     return textwrap.fill(line, width)
+
+
+# ------------------------------------------------------------------ the command
+def add_command(commands: a.Commands) -> None:
+    p = a.command(
+        commands,
+        "status",
+        "show a group's catch-up: safe offsets, pending backlog ranges, child progress, lag",
+        (
+            "Read a consumer group's committed offsets with their range tokens, the child's "
+            "commit log (<group>.catchup) and the log-end offsets, and show per partition: "
+            "the safe committed offset (what plain tools see), the primary's position, the "
+            "pending backlog ranges with a progress bar each, the child's checkpoint, and the "
+            "lag (records not yet processed).",
+            "Only committed offsets are read, so this works against a group with no live "
+            "member and never disturbs a running one. What it shows as pending is what a "
+            "restart of the group would read again.",
+            "Kafka keeps only the latest commit of each log: a single snapshot knows a range "
+            "from the child's previous checkpoint on; --watch follows each range from when it "
+            "started, with a drain rate and an ETA.",
+        ),
+        """\
+examples:
+  fastrebalance status --bootstrap-servers localhost:9092 --group orders
+  fastrebalance status --bootstrap-servers localhost:9092 --group orders --topic orders --watch
+  fastrebalance status --bootstrap-servers kafka:9093 --group orders --json \\
+      -X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN \\
+      -X sasl.username=ops -X sasl.password=...
+""",
+    )
+    a.bootstrap_servers(p, "the Kafka cluster", required=True)
+    p.add_argument("--group", "-g", required=True, metavar="G", help="the application's group.id")
+    p.add_argument("--topic", "-t", action="append", metavar="T", help="only this topic, every "
+                   "partition of it (repeatable; default: every topic the group committed "
+                   "offsets for)")  # fmt: skip
+    p.add_argument("--catchup-group", metavar="C", help="the child's group id, if "
+                   "parallel.rebalance.catchup.group.id was set (default: G.catchup)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON for machines (with --watch: one JSON document per line)")
+    p.add_argument("--watch", "-w", action="store_true",
+                   help="refresh until Ctrl-C, tracking each range's progress, rate and ETA")
+    a.option(p, "--interval", 2.0, a.positive(), "SECONDS",
+             "seconds between --watch refreshes (default: {})")
+    a.option(p, "--count", None, a.number(int, 1), "N",
+             "with --watch, stop after N refreshes (default: until Ctrl-C)")
+    a.timeout(p, 10.0, "give up on an unanswered request after this long (default: {})")
+    p.add_argument("-X", dest="config", action="append", type=a.config_pair, default=[],
+                   metavar="KEY=VALUE", help="a librdkafka property for the admin client "
+                   "(repeatable), e.g. security.protocol=SSL")  # fmt: skip
+    a.option(p, "--prometheus", None, a.number(int, 1), "PORT", "serve the group's catch-up "
+             "metrics for Prometheus on this port (/metrics), read every --interval seconds, "
+             "until Ctrl-C (needs prometheus_client)")
+    p.set_defaults(func=_command)
+
+
+def _command(args: argparse.Namespace) -> int:
+    try:
+        "\u2588\u2591".encode(sys.stdout.encoding or "ascii")
+        ascii_only = False
+    except (UnicodeEncodeError, LookupError):
+        ascii_only = True
+    clear = args.watch and not args.json and sys.stdout.isatty()
+    tracker = ProgressTracker()
+    try:
+        reader = StatusReader(
+            args.bootstrap_servers, args.group, topics=args.topic,
+            catchup_group=args.catchup_group, timeout=args.timeout, config=dict(args.config),
+        )  # fmt: skip
+    except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refused a -X property
+        print(f"fastrebalance status: invalid client configuration: {exc}", file=sys.stderr)
+        return a.EXIT_USAGE
+    if args.prometheus is not None:
+        return _serve_metrics(reader, args.prometheus, args.interval, args.count)
+
+    def snapshot() -> int:
+        try:
+            status = reader.read()
+        except StatusError as exc:
+            not_found = isinstance(exc, (GroupNotFoundError, TopicNotFoundError))
+            if args.json:  # stdout stays parseable for the machine reading it
+                kind = {
+                    GroupNotFoundError: "group_not_found",
+                    TopicNotFoundError: "topic_not_found",
+                    ClusterUnreachableError: "cluster_unreachable",
+                }.get(type(exc), "error")
+                doc = {"schema": JSON_SCHEMA_VERSION, "error": kind, "message": str(exc)}
+                print(json.dumps(doc), flush=True)
+            print(f"fastrebalance status: {exc}", file=sys.stderr, flush=True)
+            return a.EXIT_CHECK_FAILED if not_found else a.EXIT_ERROR
+        if args.watch:
+            status = tracker.update(status)
+        if args.json:
+            doc = status.to_dict()
+            print(json.dumps(doc) if args.watch else json.dumps(doc, indent=2), flush=True)
+        else:
+            if clear:
+                print("\x1b[H\x1b[2J", end="")
+            print(format_status(status, ascii_only=ascii_only), flush=True)
+        return a.EXIT_CHECK_FAILED if status.problems else a.EXIT_OK
+
+    code = snapshot()
+    if not args.watch:
+        return code
+    done = 1
+    try:
+        while args.count is None or done < args.count:
+            time.sleep(args.interval)
+            if not args.json and not clear:
+                print()
+            code = snapshot()
+            done += 1
+    except KeyboardInterrupt:
+        pass  # the normal end of a watch: report how the last refresh went
+    return code
+
+
+def _serve_metrics(reader: StatusReader, port: int, interval: float, count: int | None) -> int:
+    """``status --prometheus``: this thread owns the reader and refreshes the snapshot;
+    the HTTP server's threads only read the latest one."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        print("fastrebalance status: --prometheus needs prometheus_client "
+              "(pip install 'fastrebalance[prometheus]')", file=sys.stderr)  # fmt: skip
+        return a.EXIT_USAGE
+    from ..metrics import StatusCollector
+
+    latest: list[GroupStatus] = [reader.read()]
+    registry = CollectorRegistry()
+    registry.register(StatusCollector(lambda: latest[0]))
+    start_http_server(port, registry=registry)
+    print(f"fastrebalance status: serving metrics on http://0.0.0.0:{port}/metrics", flush=True)
+    refreshes = 1
+    try:
+        while count is None or refreshes < count:
+            time.sleep(interval)
+            try:
+                latest[0] = reader.read()
+            except StatusError as exc:  # keep serving the last snapshot
+                print(f"fastrebalance status: {exc}", file=sys.stderr, flush=True)
+            refreshes += 1
+    except KeyboardInterrupt:
+        pass
+    return a.EXIT_OK

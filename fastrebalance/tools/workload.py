@@ -1,70 +1,40 @@
-"""The restart workload shared by ``fastrebalance demo`` and ``fastrebalance bench``.
+"""The restart measured alike by ``fastrebalance demo`` and ``fastrebalance bench``.
 
 Both tell the same story: a group's committed offsets lag the log end by a backlog,
-a producer keeps writing fresh timestamped records, and a consumer restarts. The
-demo shows one plain and one fastrebalance restart; the benchmark repeats them over
-backlog sizes and work per record. Sharing the record format, the producers and,
-above all, the measuring loop keeps the two from drifting apart: a number printed by
-the demo means what the same number means in docs/benchmarks.md.
+a producer keeps writing fresh timestamped records (``testing._workload``), and a
+consumer restarts. The demo shows one plain and one fastrebalance restart; the benchmark
+repeats them over backlog sizes and work per record. Sharing the measuring loop keeps
+the two from drifting apart: a number printed by the demo means what the same number
+means in docs/benchmarks.md.
 
-Every record carries its produce time, so a record is *fresh* when it was produced
-after the restart, and its latency is its delivery time minus its produce time.
-
-Thread ownership: ``FreshProducer``'s handle belongs to its own thread; every other
-handle made here belongs to the thread that made it.
+Thread ownership: the measured consumer and the probe belong to the thread that calls
+``measure_restart()``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicPartition
+
+from ..testing._workload import produce_time, watermarks
 
 __all__ = [
     "BATCH",
     "CONSUME_TIMEOUT_S",
     "FETCH_WAIT_MS",
-    "REQUEST_TIMEOUT_S",
     "SESSION_TIMEOUT_MS",
-    "VALUE_BYTES",
-    "FreshProducer",
     "RunResult",
     "busy",
-    "check_reachable",
-    "cleanup",
-    "encode_value",
     "format_duration",
     "measure_restart",
     "percentile",
-    "produce_backlog",
-    "produce_time",
-    "set_group_offsets",
-    "watermarks",
 ]
 
-#: Every record is this many bytes: the size the embedded-cluster facts were measured with.
-VALUE_BYTES = 100
-#: ``B``/``F`` (backlog/fresh), 12-digit sequence, space, 17-char produce time, space.
-#: Bytes %-formatting: twice as fast as str.format + encode, which made writing a
-#: million-record backlog take 5 s instead of 3.
-_HEADER = b"%c%012d %017.6f "
-_TS_SLICE = slice(14, 31)
-#: A repeated filler so that lz4 shrinks the backlog well below the mock's ~5 MiB per
-#: partition retention (the facts file: ~45k uncompressed records per partition survive).
-_FILLER = b"fastrebalance KIP-333 demo payload. " * 3
 #: Records asked per consume() call: every measured consumer uses the same loop and batch.
 BATCH = 500
 #: consume() returns when it has BATCH records *or* this timeout passed: a longer wait
@@ -76,20 +46,9 @@ SESSION_TIMEOUT_MS = 6000
 #: The mock holds empty fetches for fetch.wait.max.ms; its 500 ms default would dominate
 #: every latency measured here (facts file: p50 250-330 ms instead of ~6 ms).
 FETCH_WAIT_MS = 10
-REQUEST_TIMEOUT_S = 10.0
 
 
 # ----------------------------------------------------------------- records
-def encode_value(kind: str, seq: int, ts: float) -> bytes:
-    """A 100-byte value carrying its produce time (``time.time()``, seconds)."""
-    head = _HEADER % (ord(kind), seq, ts)
-    return head + _FILLER[: VALUE_BYTES - len(head)]
-
-
-def produce_time(value: bytes) -> float:
-    return float(value[_TS_SLICE])
-
-
 def busy(seconds: float) -> None:
     """Burn CPU like per-record processing would; sleeping would free the GIL and
     flatter whichever consumer does more of its work in librdkafka's threads."""
@@ -113,153 +72,6 @@ def format_duration(seconds: float | None) -> str:
     if seconds < 1.0:
         return f"{seconds * 1000:.1f} ms"
     return f"{seconds:.2f} s"
-
-
-# ---------------------------------------------------------------- producing
-def produce_backlog(bootstrap: str, topic: str, partitions: int, count: int) -> int:
-    """Write ``count`` records round-robin over the partitions; returns failures.
-
-    Large lz4 batches of a compressible payload: the only way a million records fit
-    the mock cluster's retention, and how a real backlog built up under load looks.
-    """
-    failures = 0
-
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        nonlocal failures
-        if err is not None:
-            failures += 1
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "compression.type": "lz4",
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 500_000,
-        }
-    )
-    for seq in range(count):
-        value = encode_value("B", seq, time.time())
-        while True:
-            try:
-                producer.produce(topic, value, partition=seq % partitions, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if seq % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(30)
-    return failures + remaining
-
-
-class FreshProducer:
-    """Writes fresh records at a steady rate, round-robin over the partitions, until stopped.
-
-    Thread ownership: the Producer handle is created, used and flushed only by this
-    object's thread; other threads read the counters after ``stop()`` joined it.
-    """
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float) -> None:
-        self._conf = {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 0}
-        self._topic = topic
-        self._partitions = partitions
-        self._rate = rate
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fresh-producer", daemon=True)
-        self.produced = 0
-        self.failures = 0
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
-        if err is not None:
-            self.failures += 1
-
-    def _run(self) -> None:
-        try:
-            producer = Producer(self._conf)
-            started = time.monotonic()
-            seq = 0
-            while not self._stop.is_set():
-                # Catch up on the schedule rather than sleep a fixed period: the main
-                # thread's busy work can hold the GIL for a few ms at a time.
-                due = int((time.monotonic() - started) * self._rate) + 1
-                while seq < due:
-                    value = encode_value("F", seq, time.time())
-                    try:
-                        producer.produce(
-                            self._topic,
-                            value,
-                            partition=seq % self._partitions,
-                            on_delivery=self._on_delivery,
-                        )
-                    except BufferError:
-                        producer.poll(0.01)
-                        continue
-                    seq += 1
-                producer.poll(0)
-                self._stop.wait(max(0.0, started + seq / self._rate - time.monotonic()))
-            self.failures += producer.flush(10)
-            self.produced = seq
-        except BaseException as exc:  # reported by the owner; a thread cannot raise to it
-            self.error = exc
-
-
-# ------------------------------------------------------------------- groups
-def check_reachable(bootstrap: str, timeout: float = REQUEST_TIMEOUT_S) -> None:
-    """Fail in seconds with the address in the message, rather than after the
-    admin client's 30 s topic-creation timeout with a bare TimeoutError."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise RuntimeError(
-            f"no Kafka broker answered at {bootstrap} within {timeout:g} s ({exc})"
-        ) from None
-
-
-def watermarks(probe: PlainConsumer, topic: str, partitions: int) -> list[tuple[int, int]]:
-    return [
-        probe.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
-        )
-        for p in range(partitions)
-    ]
-
-
-def set_group_offsets(bootstrap: str, topic: str, group: str, offsets: Sequence[int]) -> None:
-    """Give the never-used ``group`` these committed offsets, and check they were stored:
-    a restart measured from the wrong offsets would measure the wrong backlog."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tps = [TopicPartition(topic, p, off) for p, off in enumerate(offsets)]
-    request = [ConsumerGroupTopicPartitions(group, tps)]
-    admin.alter_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group].result()
-    listed = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(len(tps))])],
-        request_timeout=REQUEST_TIMEOUT_S,
-    )[group].result()
-    stored = {tp.partition: tp.offset for tp in listed.topic_partitions}
-    if stored != dict(enumerate(offsets)):
-        raise RuntimeError(f"setting offsets of {group!r} stored {stored}, not {list(offsets)}")
-
-
-def cleanup(bootstrap: str, topics: Sequence[str], groups: Sequence[str]) -> None:
-    """Best effort: leave a cluster the user named as we found it; a leftover topic
-    is harmless, so failures pass silently. (An embedded cluster dies with us.)"""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures: list[Any] = list(admin.delete_topics(list(topics), request_timeout=10).values())
-    if groups:
-        futures += admin.delete_consumer_groups(list(groups), request_timeout=10).values()
-    for future in futures:
-        with contextlib.suppress(Exception):
-            future.result(timeout=15)
 
 
 # ------------------------------------------------------------- one restart

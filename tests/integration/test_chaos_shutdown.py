@@ -21,7 +21,8 @@ from uuid import uuid4
 
 import pytest
 
-from fastrebalance.testing._chaos import ChaosSettings, Fleet, documented_bounds
+from fastrebalance.testing._chaos import ChaosSettings
+from fastrebalance.testing._chaos_workers import Fleet, documented_bounds
 
 pytestmark = [pytest.mark.integration]
 

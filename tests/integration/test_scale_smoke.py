@@ -24,6 +24,7 @@ from confluent_kafka import Producer, TopicPartition
 import fastrebalance
 from fastrebalance import _child, _consumer
 from fastrebalance.testing import KafkaCluster
+from fastrebalance.testing._workload import set_group_offsets
 from fastrebalance.tools.cli import EXIT_USAGE, main
 from fastrebalance.tools.scale import (
     FAST,
@@ -34,7 +35,6 @@ from fastrebalance.tools.scale import (
     run_scale,
     targets,
 )
-from fastrebalance.tools.workload import set_group_offsets
 
 from .helpers import base_conf
 

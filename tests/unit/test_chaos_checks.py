@@ -25,26 +25,24 @@ from fastrebalance._ledger import Ledger
 from fastrebalance._planner import PLAN_BUDGET_S
 from fastrebalance._ranges import RangeSet
 from fastrebalance._token import ChildCheckpoint, encode_child_checkpoint, encode_group_token
-from fastrebalance.testing._chaos import (
-    BOUND_SLACK_S,
-    ChaosResult,
-    ChaosSettings,
+from fastrebalance.testing._chaos import ChaosResult, ChaosSettings, format_summary, parse_duration
+from fastrebalance.testing._chaos_check import (
     LogRecord,
     Sample,
     _RangeMax,
     check_samples,
     claimed_intervals,
-    close_limit,
-    documented_bounds,
     format_line,
-    format_summary,
-    parse_duration,
     parse_line,
     percentiles,
     read_logs,
+)
+from fastrebalance.testing._chaos_faults import start_cpu_hog, stop_cpu_hog
+from fastrebalance.testing._chaos_workers import (
+    BOUND_SLACK_S,
+    close_limit,
+    documented_bounds,
     shutdown_report,
-    start_cpu_hog,
-    stop_cpu_hog,
 )
 from fastrebalance.testing._crashworker import Entry, HandedLog
 
@@ -362,7 +360,7 @@ def test_the_cpu_hog_is_stopped_and_dies_with_its_parent() -> None:
     # a harness SIGKILLed mid-run leaves no hog behind
     code = (
         "import sys, time\n"
-        "from fastrebalance.testing._chaos import start_cpu_hog\n"
+        "from fastrebalance.testing._chaos_faults import start_cpu_hog\n"
         "print(start_cpu_hog(1)[0].pid, flush=True)\n"
         "time.sleep(60)\n"
     )

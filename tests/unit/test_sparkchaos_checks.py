@@ -60,3 +60,19 @@ def test_read_sink_ignores_unfinished_writes_and_rejects_a_short_file(tmp_path: 
     (tmp_path / "b00000005-l0002-c0003.txt").write_text(json.dumps(head) + "\nt 0 8 0\n")
     with pytest.raises(ValueError, match="1 rows"):
         read_sink(tmp_path, "t")
+
+
+def test_a_latest_query_starts_where_batch_0_began(tmp_path: Path) -> None:
+    """The source answers initialOffset() with {"@initial": ...} and keeps the start it
+    resolved in batch 0's end offset, under "@from": that is where a latest query starts
+    (a partition batch 0 did not read starts at batch 0's end)."""
+    from fastrebalance.testing._sparkchaos import _query_start
+
+    answers = [{"life": 1, "offsets0": False, "offset": {"@initial": "latest"}},
+               {"life": 1, "offsets0": True, "offset": {"@initial": "latest"}}]  # fmt: skip
+    (tmp_path / "initial.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    assert _query_start(tmp_path, "t") is None  # no batch 0 yet
+    (tmp_path / "checkpoint" / "offsets").mkdir(parents=True)
+    end = {"t": {"0": 120, "1": [80, [40, 60]]}, "@from": {"t": {"0": 100}}}
+    (tmp_path / "checkpoint" / "offsets" / "0").write_text(f"v1\n{{}}\n{json.dumps(end)}\n")
+    assert _query_start(tmp_path, "t") == {0: 100, 1: 40}
