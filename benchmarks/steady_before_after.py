@@ -32,7 +32,7 @@ from confluent_kafka import Consumer as PlainConsumer
 
 from fastrebalance import Consumer as AfterConsumer
 from fastrebalance.testing import EmbeddedKafka
-from fastrebalance.tools.workload import produce_backlog, watermarks
+from fastrebalance.testing._workload import produce_backlog, watermarks
 
 BLOCK = 10_000
 CONF = {
