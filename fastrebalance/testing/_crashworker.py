@@ -92,6 +92,9 @@ CONSUME_TIMEOUT_S = 0.1
 #: The async pipeline processes extra batches when it holds more than this many.
 MAX_HELD = 8
 
+#: Calls of the transactional producer tried again on a retriable error before giving up
+ATTEMPTS = 5
+
 _emit_lock = threading.Lock()
 
 
@@ -795,21 +798,38 @@ class EOSWorker(Worker):
 
     def __init__(self, args: argparse.Namespace, flags: Flags, phase: Phase) -> None:
         super().__init__(args, flags, phase)
-        # The producer, like the consumer, is owned by this (the main) thread.
-        self.producer = Producer(
-            {
-                "bootstrap.servers": args.bootstrap,
-                "transactional.id": args.transactional_id,
-                # a transaction of a worker killed for good blocks read_committed readers
-                # of its partitions until it times out
-                "transaction.timeout.ms": 10000,
-                "linger.ms": 5,
-                # librdkafka: at most transaction.timeout.ms + 100
-                "socket.timeout.ms": min(args.socket_timeout_ms, 10000),
-            }
-        )
-        with self.phase("init_transactions()", self.bounds["commit"]):
-            self.producer.init_transactions(self.bounds["commit"])
+        self.producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        """A transactional producer, initialised as an application must: an error of
+        ``init_transactions()`` while the broker restarts (NOT_COORDINATOR, a timeout) is
+        retried, on the same producer if librdkafka calls it retriable, on a new one if
+        not; after ATTEMPTS the worker dies for the harness to see. The producer, like the
+        consumer, is owned by this (the main) thread."""
+        config = {
+            "bootstrap.servers": self.args.bootstrap,
+            "transactional.id": self.args.transactional_id,
+            # a transaction of a worker killed for good blocks read_committed readers of
+            # its partitions until it times out
+            "transaction.timeout.ms": 10000,
+            "linger.ms": 5,
+            # librdkafka: at most transaction.timeout.ms + 100
+            "socket.timeout.ms": min(self.args.socket_timeout_ms, 10000),
+        }
+        producer = Producer(config)
+        for attempt in range(ATTEMPTS):
+            try:
+                with self.phase("init_transactions()", self.bounds["commit"]):
+                    producer.init_transactions(self.bounds["commit"])
+                return producer
+            except KafkaException as exc:
+                if attempt == ATTEMPTS - 1:
+                    raise
+                _emit("retry", call="init_transactions", error=str(exc))
+                if not exc.args[0].retriable():
+                    time.sleep(0.5)
+                    producer = Producer(config)
+        raise AssertionError("unreachable")
 
     def extra_config(self) -> dict[str, Any]:
         return {"parallel.rebalance.transactional": True, "isolation.level": "read_committed"}
@@ -871,14 +891,39 @@ class EOSWorker(Worker):
             self._commit_with_retries()
         except KafkaException as exc:
             _emit("commit_failed", error=str(exc), took=round(time.monotonic() - started, 3))
-            with self.phase("abort_transaction()", self.bounds["commit"]):
-                self.consumer.abort_transaction(self.producer, self.bounds["commit"])
+            self._abort(fatal=exc.args[0].fatal())
             _emit("aborted", records=len(batch))
             return
         took = round(time.monotonic() - started, 3)
         self.commit_s = 0.9 * self.commit_s + 0.1 * took
         self.commits += 1
         _emit("commit", asynchronous=False, took=took, kind="transaction", records=len(batch))
+
+    def _abort(self, fatal: bool) -> None:
+        """Abort as librdkafka's transaction guide says: an abort that timed out is called
+        again (it resumes); a producer that failed fatally (fenced: the coordinator aborted
+        the transaction on its timeout while the broker restarted and bumped the epoch)
+        cannot abort and is replaced by a new one with the same transactional.id. Either
+        way ``Consumer.abort_transaction`` has rewound the consumer to what was committed,
+        even when the producer's abort raised."""
+        for attempt in range(ATTEMPTS):
+            try:
+                with self.phase("abort_transaction()", self.bounds["commit"]):
+                    self.consumer.abort_transaction(self.producer, self.bounds["commit"])
+                if not fatal:
+                    return
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                _emit("retry", call="abort_transaction", error=str(exc))
+                if err.fatal():
+                    break
+                if attempt == ATTEMPTS - 1 or not err.retriable():
+                    raise
+        with self.phase("a new producer", self.bounds["commit"]):
+            self.producer.flush(0)
+        _emit("producer_replaced")
+        self.producer = self._new_producer()
 
     def _commit_with_retries(self) -> None:
         """A retriable failure of the commit is retried (the transaction is still open);
