@@ -1,11 +1,13 @@
-"""``fastrebalance chaos`` and ``chaos-spark``: the crash harnesses of ``fastrebalance.testing``
-(``_chaos``: consumer processes; ``_sparkchaos``: a Spark driver) behind a command line, and
-the command that replays a run (its seed, and every option given).
+"""``fastrebalance chaos``, ``chaos-spark`` and ``chaos-group``: the crash harnesses of
+``fastrebalance.testing`` (``_chaos``: consumer processes; ``_sparkchaos``: a Spark driver;
+``_groupchaos``: members sharing one backlog) behind a command line, and the command that
+replays a run (its seed, and every option given).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import shlex
 import sys
@@ -31,6 +33,7 @@ examples:
 def add_command(commands: a.Commands) -> None:
     _add_chaos(commands)
     _add_chaos_spark(commands)
+    _add_chaos_group(commands)
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -209,3 +212,59 @@ def _chaos_spark(args: argparse.Namespace) -> int:
     print()
     print(format_result(result, " ".join(shlex.quote(w) for w in words)), flush=True)
     return a.EXIT_OK if result.ok else a.EXIT_CHECK_FAILED
+
+
+def _add_chaos_group(commands: a.Commands) -> None:
+    p = a.command(
+        commands,
+        "chaos-group",
+        "crash test of group-wide catch-up: SIGKILL members holding chunks, check the group",
+        (
+            "Run N member processes with parallel.rebalance.group.catchup=true on one "
+            "partition holding a backlog, with fresh records arriving; SIGKILL a member at "
+            "random every 2-6 s (owner or helper, holding chunks, mid-chunk, mid-commit) and "
+            "restart it; then drain with no faults and check: every produced record "
+            "processed, and the group's committed offset, sampled ten times a second with a "
+            "plain confluent-kafka consumer, never past a record no member had processed "
+            "(docs/reliability.md).",
+        ),
+    )
+    p.add_argument("--duration", type=a.duration, default=300.0, metavar="D",
+                   help="how long members are killed, e.g. 90s, 30m (default: 5m)")
+    a.seed(p, "replay the kill schedule of an earlier run")
+    a.option(p, "--members", 3, a.number(int, 1), "N", "member processes (default: {})")
+    a.option(p, "--backlog", 30_000, a.number(int, 1), "N",
+             "records pending when the members start (default: {})")
+    a.bootstrap_servers(p, "(default: an embedded cluster)")
+    a.workdir(p, "where the members' logs go (default: a new temporary directory, kept)")
+    p.set_defaults(func=_chaos_group)
+
+
+def _chaos_group(args: argparse.Namespace) -> int:
+    import json
+    import random
+    import tempfile
+
+    from ..testing import EmbeddedKafka
+    from ..testing._groupchaos import run_group_chaos
+
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fastrebalance-chaos-group-"))
+    with contextlib.ExitStack() as stack:
+        bootstrap, create_topic = args.bootstrap_servers, None
+        if not bootstrap:
+            cluster = stack.enter_context(EmbeddedKafka())
+            bootstrap, create_topic = cluster.bootstrap_servers, cluster.create_topic
+        report = run_group_chaos(
+            bootstrap, workdir, seconds=args.duration, members=args.members,
+            backlog=args.backlog, seed=seed, create_topic=create_topic,
+            log=lambda line: print(line, flush=True),
+        )  # fmt: skip
+    words = ["fastrebalance", "chaos-group", "--duration", f"{args.duration:g}s", "--seed",
+             str(seed), *a.spelled(args, ("members", "backlog", "bootstrap_servers"))]  # fmt: skip
+    print(json.dumps(report.as_dict()))
+    print(f"{'PASS' if report.ok else 'FAIL'}: {report.produced:,} records, {report.kills} "
+          f"SIGKILLs, {report.lost} lost, {report.unsafe} unsafe offsets in {report.samples:,} "
+          f"samples, {report.duplicates:,} duplicates; logs in {workdir}\n"
+          f"replay: {' '.join(shlex.quote(w) for w in words)}", flush=True)  # fmt: skip
+    return a.EXIT_OK if report.ok else a.EXIT_CHECK_FAILED
