@@ -178,14 +178,11 @@ class Delivery:
                 if got:
                     self._fair = 0
                     return got[0]
-                wait = _SLICE_S
+                wait = self._slice(deadline, _SLICE_S)
             else:
-                wait = _SLICE_S if self.group is not None and self.group.pending else IDLE_SLICE_S
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                wait = min(wait, remaining)
+                wait = self._slice(deadline, self._idle_slice())
+            if wait is None:
+                return None
             m = self._admit(self._primary.poll(wait))
             if m is not None:
                 self._fair += 1
@@ -255,14 +252,11 @@ class Delivery:
                     self._fair += 1
                 if fresh or backlog:
                     return fresh + backlog
-                wait = _SLICE_S
+                wait = self._slice(deadline, _SLICE_S)
             else:
-                wait = _SLICE_S if self.group is not None and self.group.pending else IDLE_SLICE_S
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                wait = min(wait, remaining)
+                wait = self._slice(deadline, self._idle_slice())
+            if wait is None:
+                return []
             msgs = self._batch(num, wait)
             if msgs:
                 self._fair += 1
@@ -270,6 +264,19 @@ class Delivery:
             now = time.monotonic()
 
     # -- records that are not handed out, or tell where a run starts ------------------------
+    def _idle_slice(self) -> float:
+        """Short while a chunk of a group-wide catch-up is coming, so it starts at once."""
+        return _SLICE_S if self.group is not None and self.group.pending else IDLE_SLICE_S
+
+    @staticmethod
+    def _slice(deadline: float | None, wait: float) -> float | None:
+        """How long the next wait on the primary may be: ``wait``, cut to the caller's
+        deadline; None once it has passed."""
+        if deadline is None:
+            return wait
+        remaining = deadline - time.monotonic()
+        return None if remaining <= 0 else min(wait, remaining)
+
     def _admit(self, m: Message | None) -> Message | None:
         """A record of the primary's, unless it belongs to a deferred partition (paused
         at once, so nothing should come; whatever does is not handed out: nothing of the

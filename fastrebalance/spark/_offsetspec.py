@@ -68,6 +68,18 @@ class _Spec:
             )
         return named
 
+    def _looked_up(
+        self, parts: list[TopicPartitionKey], lookup: TimestampLookup | None
+    ) -> tuple[Mapping[TopicPartitionKey, int], Mapping[TopicPartitionKey, int]]:
+        """The timestamp of each partition, and the first offset at or after it (-1: none)."""
+        stamps = (
+            dict.fromkeys(parts, self.all_at) if self.all_at is not None else self._named(parts)
+        )
+        if not stamps:
+            return {}, {}
+        assert lookup is not None, "a timestamp needs a lookup"
+        return stamps, lookup(stamps)
+
 
 @dataclass(frozen=True)
 class StartingOffsets(_Spec):
@@ -83,13 +95,7 @@ class StartingOffsets(_Spec):
         if self.kind == "specific":
             named = self._named(parts)
             return {tp: named[tp] for tp in parts}
-        stamps = (
-            dict.fromkeys(parts, self.all_at) if self.all_at is not None else self._named(parts)
-        )
-        if not stamps:
-            return {}
-        assert lookup is not None, "a timestamp needs a lookup"
-        found = lookup(stamps)
+        stamps, found = self._looked_up(parts, lookup)
         out: dict[TopicPartitionKey, int] = {}
         for tp in parts:
             offset = found.get(tp, -1)
@@ -115,13 +121,7 @@ class EndingOffsets(_Spec):
         if self.kind == "specific":
             named = self._named(parts)
             return {tp: named[tp] for tp in parts}
-        stamps = (
-            dict.fromkeys(parts, self.all_at) if self.all_at is not None else self._named(parts)
-        )
-        if not stamps:
-            return {}
-        assert lookup is not None, "a timestamp needs a lookup"
-        found = lookup(stamps)
+        _, found = self._looked_up(parts, lookup)
         return {tp: found.get(tp, -1) if found.get(tp, -1) >= 0 else LATEST for tp in parts}
 
 
