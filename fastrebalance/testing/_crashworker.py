@@ -920,8 +920,8 @@ class EOSWorker(Worker):
                     break
                 if attempt == ATTEMPTS - 1 or not err.retriable():
                     raise
-        with self.phase("a new producer", self.bounds["commit"]):
-            self.producer.flush(0)
+        # nothing of the old producer's can be flushed or aborted any more: its open
+        # transaction is aborted by the broker when the new one initialises
         _emit("producer_replaced")
         self.producer = self._new_producer()
 
