@@ -377,7 +377,7 @@ class GroupCatchup:
                 offset is not None and self.holds((topic, partition), offset)
             ):
                 key = (topic, partition)
-                mine.setdefault(key, []).append(self._helped[key].history.record_claim(offset))
+                mine.setdefault(key, []).extend(_stream_claims(self._helped[key], offset))
             else:
                 rest.append(m)
         return mine, rest
@@ -388,7 +388,9 @@ class GroupCatchup:
         out: dict[Key, list[Claim]] = {}
         for key, h in self._helped.items():
             if self._settings.auto_offset_store:
-                claims = h.epoch.handed_claims()
+                # the runs dropped from the history (more chunks read than it keeps) were
+                # handed out too: without them their chunks were never done
+                claims = h.epoch.handed_claims() + _unclaimed(h, h.history.forgotten)
                 if key in limits:
                     cut = limits[key]
                     claims = [
@@ -477,3 +479,31 @@ class GroupCatchup:
         if self._log.started:
             self._log.send(ClaimRecord("bye", self.member))
         self._log.close(timeout_s)
+
+
+def _unclaimed(h: _Helped, handed: Iterable[tuple[int, int]]) -> list[Claim]:
+    """Claims of what the child handed out in ``handed`` that the helper ledger still
+    holds (the rest would claim nothing: skipped, so a commit costs what is left)."""
+    return [
+        Claim(s, e, child=True)
+        for s, e in handed
+        if e > s and h.ledger.ranges.last_overlapping(s, e) is not None
+    ]
+
+
+def _stream_claims(h: _Helped, offset: int) -> list[Claim]:
+    """``commit(message=)`` of a chunk record: the record and what this member's child
+    handed out of the partition before it (its stream), as the contract says. The child
+    starts a run per chunk, so the record's own run is not enough: the earlier chunks'
+    runs were handed out before it. Without them a loop committing every N-th record by
+    message left every chunk whose last records preceded a commit point in the next chunk
+    held for ever (adversary of issue 22, repro/r02: 4 of 5 chunks, the group's offset at
+    0). A record whose place in the stream is not known (a run dropped from the history,
+    or read twice) claims what the history says, alone."""
+    claims = [h.history.record_claim(offset)]
+    runs = h.epoch.child
+    first = next((i for i, r in enumerate(runs) if r.holds(offset)), None)
+    if first is None or offset in h.history.forgotten:
+        return claims
+    before = [(r.start, r.next) for r in runs[:first]]
+    return claims + _unclaimed(h, [*h.history.forgotten, *before])

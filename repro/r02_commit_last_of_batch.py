@@ -40,6 +40,8 @@ while time.monotonic() - t0 < 45:
         if m is not None and m.error() is None:
             held.append(m)
         if len(held) < batch and (m is not None or not held):
+            if all_at is not None and sampler.last[0] >= backlog:
+                break
             continue
         msgs, held = held, []
     with lock:

@@ -162,3 +162,68 @@ def test_a_member_silent_past_the_timeout_loses_its_chunk_and_stops_reading_it()
     # b's late commit of what it had read declares nothing
     b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
     assert _kinds(shared, "b", "done") == []
+
+
+def _read_every_chunk(m: Member, ticks: int) -> list[tuple[int, int]]:
+    """One member alone: tick and hand out every chunk its child starts, in the order it
+    reads them (nothing committed)."""
+    order = []
+    for _ in range(ticks):
+        m.tick()
+        if KEY in m.child.cursors:
+            order.append(m.child.hand_all(KEY))
+    return order
+
+
+def test_committing_a_record_claims_the_chunks_its_stream_handed_out_before_it() -> None:
+    # adversary of issue 22 (repro/r02): a poll loop committing every N-th record by
+    # message never finished a chunk whose last records came before a commit point in the
+    # next chunk: the commit claimed only its own chunk's run (4 of 5 chunks held for ever)
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    order = _read_every_chunk(a, 12)
+    assert sorted(order) == [(0, 10), (10, 20), (20, 30)]
+    h = a.g._helped[KEY]
+    first, second, third = order
+    # the application processed everything up to a record in the middle of the second chunk
+    a.g.commit({KEY: [c for m in [first[0] + 5, second[0] + 4] for c in _claims(a, m)]}, False, 1)
+    assert _kinds(shared, "a", "done") == [first]
+    # ... and up to the last record of the third: all of it was handed out before
+    a.g.commit({KEY: _claims(a, third[1] - 1)}, False, 1)
+    assert sorted(_kinds(shared, "a", "done")) == sorted(order)
+    assert not h.ledger.ranges
+
+
+def test_a_commit_claims_nothing_its_stream_handed_out_after_the_record() -> None:
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    order = _read_every_chunk(a, 12)
+    first = order[0]
+    # a record of the first chunk: the later chunks were handed out after it
+    a.g.commit({KEY: _claims(a, first[1] - 1)}, False, 1)
+    assert _kinds(shared, "a", "done") == [first]
+    assert a.g._helped[KEY].ledger.ranges.count() == 20
+
+
+def _claims(m: Member, offset: int) -> list[Any]:
+    from confluent_kafka import Message
+
+    mine, rest = m.g.split([Message(topic=KEY[0], partition=KEY[1], offset=offset)])
+    assert rest == []
+    return mine[KEY]
+
+
+def test_a_bare_commit_after_more_chunks_than_a_history_keeps_finishes_every_chunk() -> None:
+    # adversary of issue 22 (repro/r01): with small chunks and the 5 s auto-commit, a
+    # member read more than MAX_RUNS chunks between two commits; the runs of the oldest were
+    # dropped from the history and no bare commit claimed them: 128 of 200 chunks held
+    # for ever, the group's offset stayed at 0
+    from fastrebalance._routing import MAX_RUNS
+
+    a, _, shared, _ = _team()
+    n = MAX_RUNS + 6
+    a.g.own([(KEY, Ledger(10 * n + 10, RangeSet([(0, 10 * n)])))])
+    order = _read_every_chunk(a, 3 * n)
+    assert len(order) == n
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert len(_kinds(shared, "a", "done")) == n
