@@ -247,11 +247,15 @@ class GroupCatchup:
                     self._absorb_due = True
                 elif rec.kind == "claim" and rec.member == self.member:
                     key = (rec.topic, rec.partition, *rec.chunks[0])
+                    won = state.last_holder(key) == self.member and key not in self._held
+                    if won:
+                        # also a claim given up on (_CLAIM_GIVE_UP_S) that the log took
+                        # after all: the log names this member, so it must read the chunk
+                        # (ignored, it stayed held for ever by a live member: repro/r09)
+                        self._won(key)
                     if key == self._claiming:
                         self._claiming = None
-                        if state.last_holder(key) == self.member and key not in self._held:
-                            self._won(key)
-                        else:
+                        if not won:
                             self.claims_lost += 1
             if len(got) < 1000:
                 return

@@ -94,8 +94,12 @@ class Sampler(threading.Thread):
         c = PlainConsumer({"bootstrap.servers": BOOTSTRAP, "group.id": self.group})
         try:
             while not self._halt.is_set():
-                got = c.committed([TopicPartition(self.topic, p) for p in range(self.partitions)],
-                                  timeout=10)
+                try:
+                    got = c.committed(
+                        [TopicPartition(self.topic, p) for p in range(self.partitions)],
+                        timeout=10)
+                except Exception:  # noqa: BLE001 (a paused broker): sample again
+                    continue
                 with self.lock:
                     for tp in got:
                         if tp.offset < 0:

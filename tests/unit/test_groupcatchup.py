@@ -227,3 +227,40 @@ def test_a_bare_commit_after_more_chunks_than_a_history_keeps_finishes_every_chu
     assert len(order) == n
     a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
     assert len(_kinds(shared, "a", "done")) == n
+
+
+def test_a_claim_read_back_after_the_member_gave_up_on_it_is_still_its_own(
+    monkeypatch: Any,
+) -> None:
+    # adversary of issue 22 (repro/r09): the broker paused 14 s with a claim in flight; the
+    # member gave the claim up after 10 s and claimed another chunk; the first claim was
+    # then written and won, but the member ignored it: a chunk held for ever by a live
+    # member that did not know it (the group's offset stayed below it, 1,000 records never
+    # read, 120 s)
+    import itertools
+
+    from fastrebalance import _groupcatchup
+    from fastrebalance._groupcatchup import _CLAIM_GIVE_UP_S
+
+    picks = itertools.count()  # each claim picks the next free chunk: never the same twice
+    monkeypatch.setattr(_groupcatchup.random, "choice", lambda seq: seq[next(picks) % len(seq)])
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    late: list[Any] = []
+    log = a.g._log
+    send = log.send
+    log.send = late.append  # type: ignore[method-assign]  # the broker does not answer
+    a.tick()
+    shared.extend((rec, 1_000) for rec in late if rec.kind == "offer")
+    a.tick()
+    first = a.g._claiming
+    assert first is not None
+    for _ in range(int(_CLAIM_GIVE_UP_S) + 2):
+        a.tick()
+    assert a.g._claiming not in (None, first)  # gave up, claimed another
+    log.send = send  # type: ignore[method-assign]  # the broker answers: both claims land
+    shared.extend((rec, 1_000) for rec in late if rec.kind == "claim")
+    order = _read_every_chunk(a, 12)
+    assert sorted(order) == [(0, 10), (10, 20), (20, 30)]
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert sorted(_kinds(shared, "a", "done")) == sorted(order)
