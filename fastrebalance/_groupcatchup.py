@@ -272,6 +272,11 @@ class GroupCatchup:
             h = self._helped[key] = _Helped()
         self._held.add(ck)
         h.ledger.ranges.add(ck[2], ck[3])
+        # offsets some member already processed (a member that closed mid-chunk handed
+        # back what it committed: _hand_back) are not read again
+        for s, e in self._state.done(*key):
+            if s < ck[3] and e > ck[2]:
+                h.ledger.ranges.remove(max(s, ck[2]), min(e, ck[3]))
         h.queue.append(ck)
         self.chunks_won += 1
         log.debug("won %s", ck)
@@ -305,7 +310,9 @@ class GroupCatchup:
                 h.reading = None  # read to its end
             if h.reading is None and h.queue:
                 ck = h.queue.pop(0)
-                reading = Ledger(_NOWHERE, RangeSet([(ck[2], ck[3])]))
+                reading = Ledger(_NOWHERE, _within(h.ledger.ranges, ck[2], ck[3]))
+                if not reading.ranges:
+                    continue  # all of it processed already: done by _publish_done
                 try:
                     self._child.start(key, reading, h.epoch)
                 except (KafkaException, RuntimeError) as exc:
@@ -324,14 +331,19 @@ class GroupCatchup:
             for ck, run in list(h.runs.items()):
                 if ck == h.reading or ck in h.queue or ck not in self._held:
                     continue
-                if run.next < ck[3]:
-                    continue  # stopped before its end (the partition vanished): held, unread
-                first = h.ledger.ranges.next_from(ck[2])
-                if first is None or first[0] >= ck[3]:
+                pending = _within(h.ledger.ranges, ck[2], ck[3])
+                end = pending.last_end()
+                if end is None:
                     continue
+                if run.next < end:
+                    continue  # stopped before its end (the partition vanished): held, unread
+                # (the end of what was pending when it was read: ck[3] unless the chunk's
+                # tail was done already, handed back by a member that closed)
+                first = pending.first()
+                assert first is not None
                 last = run.last if run.last is not None else ck[2] - 1
-                if first[0] > last:
-                    h.ledger.ranges.remove(first[0], ck[3])
+                if first > last:
+                    h.ledger.ranges.remove(first, ck[3])
             self._publish_done(key)
 
     def _maybe_claim(self, now: float) -> None:
@@ -481,8 +493,35 @@ class GroupCatchup:
             return
         self._closed = True
         if self._log.started:
+            self._hand_back()
             self._log.send(ClaimRecord("bye", self.member))
         self._log.close(timeout_s)
+
+    def _hand_back(self) -> None:
+        """Chunks left with part of them committed: that part becomes chunks of their own,
+        offered, claimed and done by this member (the log accepts them in this order, one
+        producer), so that whoever takes the rest over does not read it again. Without it
+        a clean close() mid-chunk had the next holder read the chunk from its start (700
+        records delivered twice with no crash, repro/r04). Each ``done`` is true: its
+        offsets left this member's ledger only by its application's commits."""
+        for ck in sorted(self._held):
+            h = self._helped.get((ck[0], ck[1]))
+            if h is None:
+                continue
+            pending = _within(h.ledger.ranges, ck[2], ck[3])
+            committed = RangeSet([(ck[2], ck[3])])
+            for s, e in pending:
+                committed.remove(s, e)
+            if not committed or not pending:
+                continue  # nothing committed, or all of it (done already sent)
+            pieces = tuple(committed)
+            self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces))
+            for piece in pieces:
+                self._log.send(ClaimRecord("claim", self.member, ck[0], ck[1], (piece,)))
+                self._log.send(ClaimRecord("done", self.member, ck[0], ck[1], (piece,)))
+            log.info("%s [%d] chunk [%d, %d): handed back %d committed offsets",
+                     *ck, committed.count())  # fmt: skip
+
 
 
 def _unclaimed(h: _Helped, handed: Iterable[tuple[int, int]]) -> list[Claim]:
@@ -511,3 +550,13 @@ def _stream_claims(h: _Helped, offset: int) -> list[Claim]:
         return claims
     before = [(r.start, r.next) for r in runs[:first]]
     return claims + _unclaimed(h, [*h.history.forgotten, *before])
+
+
+def _within(ranges: RangeSet, start: int, end: int) -> RangeSet:
+    """The part of ``ranges`` inside ``[start, end)``."""
+    out = RangeSet()
+    piece = ranges.next_from(start)
+    while piece is not None and piece[0] < end:
+        out.add(max(piece[0], start), min(piece[1], end))
+        piece = ranges.next_from(piece[1])
+    return out

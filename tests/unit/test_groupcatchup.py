@@ -264,3 +264,51 @@ def test_a_claim_read_back_after_the_member_gave_up_on_it_is_still_its_own(
     assert sorted(order) == [(0, 10), (10, 20), (20, 30)]
     a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
     assert sorted(_kinds(shared, "a", "done")) == sorted(order)
+
+
+def test_a_member_closing_mid_chunk_hands_back_what_it_committed() -> None:
+    # adversary of issue 22 (repro/r04): a member closed cleanly in the middle of a chunk
+    # after committing the 700 records it processed; whoever took the chunk over read it
+    # from its start: 700 duplicates with no crash (0 with per-member catch-up)
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    ledger = Ledger(100, RangeSet([(0, 10)]))
+    owner.g.own([(KEY, ledger)])
+    owner.tick()
+    b.tick()  # claims the only chunk
+    b.tick()  # reads it
+    assert b.g._held == {("t", 0, 0, 10)}
+    b.child.hand_all(KEY)
+    b.g.commit({KEY: _claims(b, 5)}, sync=False, timeout_s=1)  # processed 0..5
+    b.g.close(1)
+    a.tick()  # the chunk is free (bye): a claims it
+    a.tick()
+    assert a.g._held == {("t", 0, 0, 10)}
+    assert a.child.hand_all(KEY) == (6, 10)  # only what b did not commit
+    a.tick()
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert _kinds(shared, "a", "done") == [(0, 10)]
+    owner.tick()
+    assert not ledger.ranges  # the group's offset may pass the whole chunk
+
+
+def test_a_chunk_whose_every_offset_is_done_is_done_without_reading() -> None:
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 10)])))])
+    owner.tick()
+    b.tick()
+    b.tick()
+    b.child.hand_all(KEY)
+    b.tick()
+    b.g.commit({KEY: _claims(b, 9)}, sync=False, timeout_s=1)
+    assert _kinds(shared, "b", "done") == [(0, 10)]
+    # an offer of a piece of a done chunk, claimed by a: done at once, nothing read
+    shared.append((ClaimRecord("offer", "o", "t", 0, ((2, 6),)), clock[0]))
+    a.tick()
+    a.tick()
+    a.tick()
+    assert KEY not in a.child.cursors
+    assert _kinds(shared, "a", "done") == [(2, 6)]
