@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fastrebalance._claims import ClaimsState
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.testing._groupchaos import (
@@ -243,3 +245,41 @@ def test_status_metrics_and_catchup_status_show_who_holds_which_chunk(
         assert {m.offset() for m in got} >= set(range(5000))
     finally:
         c.close()
+
+
+def test_the_claims_topic_is_ours_not_the_broker_s_auto_created_one(
+    kafka_cluster: KafkaCluster, unique_group: str
+) -> None:
+    # adversary of issue 22: the AdminClient's metadata request for the missing topic
+    # (a producer-type handle: allow.auto.create.topics defaults to true) had a broker with
+    # auto.create.topics.enable=true (Apache Kafka's default) create it first, with the
+    # broker's defaults (4 partitions, CreateTime, 7 days on the test broker); create_topics
+    # then failed with TOPIC_ALREADY_EXISTS, taken as success: log time was the members'
+    # clocks, not the broker's
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from fastrebalance._claimslog import ClaimsLog
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = f"{unique_group}.catchup.claims"
+    log = ClaimsLog({"bootstrap.servers": bootstrap}, topic)
+    deadline = time.monotonic() + 30
+    while not log.started:
+        try:
+            log.start()
+        except Exception:  # a topic just created has no leader for a moment
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    log.close(5)
+    if kafka_cluster.kind == "embedded":
+        pytest.skip(
+            "the embedded cluster answers no CreateTopics (the claims log falls back to its "
+            "auto-creation, 4 partitions, no topic configs): checked on a real broker"
+        )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 1
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    conf = admin.describe_configs([res])[res].result(10)
+    assert conf["message.timestamp.type"].value == "LogAppendTime"
+    assert conf["retention.ms"].value == str(24 * 3600 * 1000)
