@@ -312,3 +312,35 @@ def test_a_chunk_whose_every_offset_is_done_is_done_without_reading() -> None:
     a.tick()
     assert KEY not in a.child.cursors
     assert _kinds(shared, "a", "done") == [(2, 6)]
+
+
+def test_a_member_that_unsubscribes_gives_its_chunks_back_and_claims_no_more() -> None:
+    # adversary of issue 22 (repro/r13): after unsubscribe() a member went on claiming
+    # chunks of the topic it left and poll() handed out 11,100 more of its records in 15 s
+    # (a plain consumer returns nothing after unsubscribe())
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 20)])))])
+    owner.tick()
+    a.tick()
+    a.tick()
+    assert a.g._held and KEY in a.child.cursors
+    (s, _e), _run = a.child.cursors[KEY]
+    a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 3)}, sync=False, timeout_s=1)
+    held = set(a.g._held) | ({a.g._claiming} if a.g._claiming else set())
+    a.g.stop_helping()
+    assert a.g._held == set() and KEY in a.child.stopped
+    for _ in range(3):
+        a.tick()
+    assert KEY not in a.child.cursors and a.g._held == set()
+    recs = [(rec.kind, rec.chunks) for rec, _ in shared if rec.member == "a"]
+    assert ("done", ((s, s + 4),)) in recs  # what it committed, handed back
+    assert {c for k, c in recs if k == "release"} == {(ck[2:],) for ck in held}
+    assert [k for k, _ in recs].count("claim") == len(held) + 1  # none since, but the piece's
+    # b takes everything over, without what a committed
+    read = _read_every_chunk(b, 8)
+    assert sorted(read) == sorted([(s + 4, s + 10), (10 - s, 20 - s)])
+    a.g.helping = True  # subscribe() again
+    a.tick()
