@@ -283,3 +283,58 @@ def test_the_claims_topic_is_ours_not_the_broker_s_auto_created_one(
     conf = admin.describe_configs([res])[res].result(10)
     assert conf["message.timestamp.type"].value == "LogAppendTime"
     assert conf["retention.ms"].value == str(24 * 3600 * 1000)
+
+
+def test_commit_offsets_of_chunk_records_never_moves_the_owners_offset(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+) -> None:
+    # adversary of issue 22 (repro/r14): a helper that had never been assigned the
+    # partition committed offsets=[m.offset() + 1] for chunk records; taken as a plain
+    # position, it was written over the owner's offset (no token yet: the owner had not
+    # committed since its plan): the group stored 1600 while offset 0 was unprocessed
+    # (a restart then skips the backlog below it)
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from fastrebalance import Consumer
+
+    from .helpers import base_conf, group_offsets
+
+    bootstrap, topic, other = kafka_cluster.bootstrap_servers, topic_factory(1), topic_factory(1)
+    prepare(bootstrap, topic, unique_group, 3000)
+    conf = base_conf(
+        bootstrap,
+        unique_group,
+        **{
+            "parallel.rebalance.group.catchup": True,
+            "parallel.rebalance.group.chunk.records": 1000,
+        },
+    )
+    owner, helper = Consumer(conf), Consumer(conf)
+    try:
+        owner.subscribe([topic])  # owns the backlog; processes (commits) nothing
+        helper.subscribe([other])  # a member of the group, never assigned `topic`
+        committed = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and committed < 3:
+            owner.consume(100, 0.05)
+            for m in helper.consume(100, 0.05):
+                if m.error() is None and m.topic() == topic:
+                    try:
+                        helper.commit(
+                            offsets=[TopicPartition(topic, 0, m.offset() + 1)],
+                            asynchronous=False,
+                        )
+                    except KafkaException as exc:  # the two members' first rebalance
+                        if exc.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                            raise
+                        continue
+                    committed += 1
+        assert committed >= 3, "the helper read no chunk"
+        # nothing of the backlog is done (commit(offsets=) claims no chunk record) and the
+        # owner processed nothing: the group's offset must not have moved
+        assert group_offsets(bootstrap, unique_group, topic)[0] == 0
+    finally:
+        helper.close()
+        owner.close()
