@@ -65,6 +65,8 @@ _SHARED = (
 #: A day: long enough that a backlog's chunks outlive any catch-up; a deleted record only
 #: makes a chunk be read again.
 _RETENTION_MS = 24 * 3600 * 1000
+#: The CreateTopics request's timeout (the controller's answer takes milliseconds).
+_CREATE_REQUEST_S = 2.0
 
 
 def client_config(conf: Mapping[str, Any], suffix: str) -> dict[str, Any]:
@@ -132,7 +134,13 @@ class ClaimsLog:
         )
 
     def _ensure_topic(self) -> None:
-        admin = AdminClient(client_config(self._conf, "claims-admin"))
+        # An AdminClient is a producer-type handle (allow.auto.create.topics defaults to
+        # true there): its metadata request for the missing topic had a broker with
+        # auto.create.topics.enable=true (Apache Kafka's default) create it with the
+        # broker's defaults, CreateTime included, before create_topics() below could.
+        admin = AdminClient(
+            {**client_config(self._conf, "claims-admin"), "allow.auto.create.topics": False}
+        )
         md = admin.list_topics(self.topic, timeout=self._timeout)
         meta = md.topics.get(self.topic)
         if meta is not None and meta.error is None and meta.partitions:
@@ -143,13 +151,32 @@ class ClaimsLog:
             replication_factor=-1,  # the broker's default.replication.factor
             config={"message.timestamp.type": "LogAppendTime", "retention.ms": str(_RETENTION_MS)},
         )
-        future = admin.create_topics([new], operation_timeout=self._timeout)[self.topic]
+        future = admin.create_topics(
+            [new],
+            operation_timeout=self._timeout,
+            # bounds the wait for a controller (below); a broker answers in milliseconds
+            request_timeout=min(self._timeout, _CREATE_REQUEST_S),
+        )[self.topic]
         try:
             future.result(timeout=self._timeout)
             log.info("claims topic %s created", self.topic)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if err.code() != KafkaError._TIMED_OUT or "controller" not in err.str():
                 raise
+            # No controller answers CreateTopics (librdkafka's mock cluster never does):
+            # the broker's auto-creation is the only way left; the topic then has the
+            # broker's defaults (CreateTime: log time is the members' clocks, see
+            # docs/design.md)
+            log.warning(
+                "claims topic %s: no controller answers CreateTopics (%s): created by the "
+                "broker's auto-creation instead, with its defaults", self.topic, err.str()
+            )
+            AdminClient(client_config(self._conf, "claims-admin")).list_topics(
+                self.topic, timeout=self._timeout
+            )
 
     def _on_error(self, err: KafkaError) -> None:
         log.warning("claims log %s: %s", self.topic, err)

@@ -100,6 +100,8 @@ class Committer:
         # Exactly-once: each open transaction's claims, by its producer (applied once it
         # commits), and the stale catch-up checkpoints the next transaction must clear...
         self._txns: dict[int, OpenTransaction] = {}
+        #: commit(offsets=) entries of chunk records of partitions never assigned here
+        self.chunk_offsets_ignored = 0
         self.txn_retire: dict[Key, TopicPartition] = {}
         # ... and which producer's transaction last claimed each partition (a producer per
         # partition: an abort that claimed nothing rewinds only what may be its own)
@@ -140,10 +142,30 @@ class Committer:
             if t.offset < 0:
                 continue  # as librdkafka: a logical offset is not committed
             key = (t.topic, t.partition)
+            history = self._p.history.get(key)
+            if history is None and self._group is not None and self._group.holds(
+                key, t.offset - 1
+            ):
+                # Never this member's partition: the offset follows a record its child read
+                # for the group (a chunk). As of any backlog record, an offset claims none
+                # of it; written as a plain position it claimed the owner's whole backlog
+                # below it (adversary of issue 22: the group stored 1600 while offset 0 was
+                # unprocessed, and a restart skips what lies below). Nothing is written.
+                self.chunk_offsets_ignored += 1
+                if self.chunk_offsets_ignored == 1:
+                    log.warning(
+                        "%s [%d]: commit(offsets=) at %d follows a record read for the group "
+                        "(group-wide catch-up): an offset claims no backlog record and this "
+                        "member does not own the partition, so nothing is written. Commit it "
+                        "with commit(message=), store_offsets(message=) or commit() "
+                        "(logged once)",
+                        *key,
+                        t.offset,
+                    )
+                continue
             change = changes.setdefault(key, Change())
             change.metadata = t.metadata or ""
             change.rewind = t.offset
-            history = self._p.history.get(key)
             if history is None:
                 change.position = t.offset
                 continue
@@ -215,11 +237,15 @@ class Committer:
             if helped and message is not None:
                 self._reporter.publish()
                 return None if asynchronous else []
+        ignored = self.chunk_offsets_ignored
         try:
             changes = self.changes([message] if message is not None else None, offsets)
         except KafkaException as exc:
-            if helped and exc.args[0].code() == KafkaError._NO_OFFSET:
-                return None if asynchronous else []  # only chunk records were handed out
+            if exc.args[0].code() == KafkaError._NO_OFFSET and (
+                helped or self.chunk_offsets_ignored > ignored
+            ):
+                # only chunk records were handed out, or only their offsets given
+                return None if asynchronous else []
             raise
         try:
             return self._write(changes, asynchronous)

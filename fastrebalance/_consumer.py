@@ -249,6 +249,8 @@ class Consumer:
         a = self._assignments
         a.callbacks = self._user_callbacks
         self._subscribed = True
+        if self._group is not None:
+            self._group.helping = True
         self._primary.subscribe(
             topics, on_assign=a.on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
         )
@@ -258,6 +260,8 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         self._primary.unsubscribe()
+        if self._group is not None:
+            self._group.stop_helping()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""

@@ -113,6 +113,10 @@ class GroupCatchup:
         self._start_at = 0.0
         self._start_tries = 0
         self._closed = False
+        #: False after unsubscribe() (until subscribe()): no chunk is claimed or read
+        self.helping = True
+        #: pieces this member offered, claimed and declared done at once (``_hand_back``)
+        self._handed_back: set[ChunkKey] = set()
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
         # counters (metrics)
@@ -247,11 +251,19 @@ class GroupCatchup:
                     self._absorb_due = True
                 elif rec.kind == "claim" and rec.member == self.member:
                     key = (rec.topic, rec.partition, *rec.chunks[0])
+                    if key in self._handed_back:
+                        continue  # its done follows: nothing to read
+                    won = state.last_holder(key) == self.member and key not in self._held
+                    if won and not self.helping:
+                        self._send(ClaimRecord("release", self.member, *key[:2], (key[2:],)))
+                    elif won:
+                        # also a claim given up on (_CLAIM_GIVE_UP_S) that the log took
+                        # after all: the log names this member, so it must read the chunk
+                        # (ignored, it stayed held for ever by a live member: repro/r09)
+                        self._won(key)
                     if key == self._claiming:
                         self._claiming = None
-                        if state.last_holder(key) == self.member and key not in self._held:
-                            self._won(key)
-                        else:
+                        if not won:
                             self.claims_lost += 1
             if len(got) < 1000:
                 return
@@ -268,11 +280,31 @@ class GroupCatchup:
             h = self._helped[key] = _Helped()
         self._held.add(ck)
         h.ledger.ranges.add(ck[2], ck[3])
+        # offsets some member already processed (a member that closed mid-chunk handed
+        # back what it committed: _hand_back) are not read again
+        for s, e in self._state.done(*key):
+            if s < ck[3] and e > ck[2]:
+                h.ledger.ranges.remove(max(s, ck[2]), min(e, ck[3]))
         h.queue.append(ck)
         self.chunks_won += 1
         log.debug("won %s", ck)
 
-    def _drop(self, ck: ChunkKey, why: str) -> None:
+    def stop_helping(self) -> None:
+        """The member left the group (unsubscribe()): it claims no more chunks and gives
+        back those it holds (what its application committed of them as done pieces,
+        ``_hand_back``), so that poll() hands out nothing more of the group's backlog, as
+        a plain consumer's returns nothing after unsubscribe(). Before, it went on
+        claiming and reading chunks of the topic it left (repro/r13: 11,100 records in
+        15 s). ``subscribe()`` sets ``helping`` again."""
+        self.helping = False
+        if self._log.started:
+            self._hand_back()
+        for ck in sorted(self._held):
+            if self._log.started:
+                self._send(ClaimRecord("release", self.member, ck[0], ck[1], (ck[2:],)))
+            self._drop(ck, "given back: the member unsubscribed", lost=False)
+
+    def _drop(self, ck: ChunkKey, why: str, lost: bool = True) -> None:
         key: Key = (ck[0], ck[1])
         h = self._helped[key]
         self._held.discard(ck)
@@ -283,8 +315,9 @@ class GroupCatchup:
             h.reading = None
         h.ledger.ranges.remove(ck[2], ck[3])
         h.runs.pop(ck, None)
-        self.chunks_lost += 1
-        log.warning("%s [%d] chunk [%d, %d): %s", *ck, why)
+        if lost:
+            self.chunks_lost += 1
+        log.log(logging.WARNING if lost else logging.INFO, "%s [%d] chunk [%d, %d): %s", *ck, why)
 
     def _check_lost(self) -> None:
         """Chunks another member claimed after this one's claim expired (this member was
@@ -301,7 +334,9 @@ class GroupCatchup:
                 h.reading = None  # read to its end
             if h.reading is None and h.queue:
                 ck = h.queue.pop(0)
-                reading = Ledger(_NOWHERE, RangeSet([(ck[2], ck[3])]))
+                reading = Ledger(_NOWHERE, _within(h.ledger.ranges, ck[2], ck[3]))
+                if not reading.ranges:
+                    continue  # all of it processed already: done by _publish_done
                 try:
                     self._child.start(key, reading, h.epoch)
                 except (KafkaException, RuntimeError) as exc:
@@ -320,18 +355,23 @@ class GroupCatchup:
             for ck, run in list(h.runs.items()):
                 if ck == h.reading or ck in h.queue or ck not in self._held:
                     continue
-                if run.next < ck[3]:
-                    continue  # stopped before its end (the partition vanished): held, unread
-                first = h.ledger.ranges.next_from(ck[2])
-                if first is None or first[0] >= ck[3]:
+                pending = _within(h.ledger.ranges, ck[2], ck[3])
+                end = pending.last_end()
+                if end is None:
                     continue
+                if run.next < end:
+                    continue  # stopped before its end (the partition vanished): held, unread
+                # (the end of what was pending when it was read: ck[3] unless the chunk's
+                # tail was done already, handed back by a member that closed)
+                first = pending.first()
+                assert first is not None
                 last = run.last if run.last is not None else ck[2] - 1
-                if first[0] > last:
-                    h.ledger.ranges.remove(first[0], ck[3])
+                if first > last:
+                    h.ledger.ranges.remove(first, ck[3])
             self._publish_done(key)
 
     def _maybe_claim(self, now: float) -> None:
-        if self._claiming is not None:
+        if self._claiming is not None or not self.helping:
             return
         ahead = sum(len(h.queue) + (h.reading is not None) for h in self._helped.values())
         if ahead >= PREFETCH:
@@ -377,7 +417,7 @@ class GroupCatchup:
                 offset is not None and self.holds((topic, partition), offset)
             ):
                 key = (topic, partition)
-                mine.setdefault(key, []).append(self._helped[key].history.record_claim(offset))
+                mine.setdefault(key, []).extend(_stream_claims(self._helped[key], offset))
             else:
                 rest.append(m)
         return mine, rest
@@ -388,7 +428,9 @@ class GroupCatchup:
         out: dict[Key, list[Claim]] = {}
         for key, h in self._helped.items():
             if self._settings.auto_offset_store:
-                claims = h.epoch.handed_claims()
+                # the runs dropped from the history (more chunks read than it keeps) were
+                # handed out too: without them their chunks were never done
+                claims = h.epoch.handed_claims() + _unclaimed(h, h.history.forgotten)
                 if key in limits:
                     cut = limits[key]
                     claims = [
@@ -475,5 +517,71 @@ class GroupCatchup:
             return
         self._closed = True
         if self._log.started:
+            self._hand_back()
             self._log.send(ClaimRecord("bye", self.member))
         self._log.close(timeout_s)
+
+    def _hand_back(self) -> None:
+        """Chunks left with part of them committed: that part becomes chunks of their own,
+        offered, claimed and done by this member (the log accepts them in this order, one
+        producer), so that whoever takes the rest over does not read it again. Without it
+        a clean close() mid-chunk had the next holder read the chunk from its start (700
+        records delivered twice with no crash, repro/r04). Each ``done`` is true: its
+        offsets left this member's ledger only by its application's commits."""
+        for ck in sorted(self._held):
+            h = self._helped.get((ck[0], ck[1]))
+            if h is None:
+                continue
+            pending = _within(h.ledger.ranges, ck[2], ck[3])
+            committed = RangeSet([(ck[2], ck[3])])
+            for s, e in pending:
+                committed.remove(s, e)
+            if not committed or not pending:
+                continue  # nothing committed, or all of it (done already sent)
+            pieces = tuple(committed)
+            self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces))
+            for piece in pieces:
+                self._handed_back.add((ck[0], ck[1], *piece))
+                self._log.send(ClaimRecord("claim", self.member, ck[0], ck[1], (piece,)))
+                self._log.send(ClaimRecord("done", self.member, ck[0], ck[1], (piece,)))
+            log.info("%s [%d] chunk [%d, %d): handed back %d committed offsets",
+                     *ck, committed.count())  # fmt: skip
+
+
+
+def _unclaimed(h: _Helped, handed: Iterable[tuple[int, int]]) -> list[Claim]:
+    """Claims of what the child handed out in ``handed`` that the helper ledger still
+    holds (the rest would claim nothing: skipped, so a commit costs what is left)."""
+    return [
+        Claim(s, e, child=True)
+        for s, e in handed
+        if e > s and h.ledger.ranges.last_overlapping(s, e) is not None
+    ]
+
+
+def _stream_claims(h: _Helped, offset: int) -> list[Claim]:
+    """``commit(message=)`` of a chunk record: the record and what this member's child
+    handed out of the partition before it (its stream), as the contract says. The child
+    starts a run per chunk, so the record's own run is not enough: the earlier chunks'
+    runs were handed out before it. Without them a loop committing every N-th record by
+    message left every chunk whose last records preceded a commit point in the next chunk
+    held for ever (adversary of issue 22, repro/r02: 4 of 5 chunks, the group's offset at
+    0). A record whose place in the stream is not known (a run dropped from the history,
+    or read twice) claims what the history says, alone."""
+    claims = [h.history.record_claim(offset)]
+    runs = h.epoch.child
+    first = next((i for i, r in enumerate(runs) if r.holds(offset)), None)
+    if first is None or offset in h.history.forgotten:
+        return claims
+    before = [(r.start, r.next) for r in runs[:first]]
+    return claims + _unclaimed(h, [*h.history.forgotten, *before])
+
+
+def _within(ranges: RangeSet, start: int, end: int) -> RangeSet:
+    """The part of ``ranges`` inside ``[start, end)``."""
+    out = RangeSet()
+    piece = ranges.next_from(start)
+    while piece is not None and piece[0] < end:
+        out.add(max(piece[0], start), min(piece[1], end))
+        piece = ranges.next_from(piece[1])
+    return out

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fastrebalance._claims import ClaimsState
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.testing._groupchaos import (
@@ -243,3 +245,96 @@ def test_status_metrics_and_catchup_status_show_who_holds_which_chunk(
         assert {m.offset() for m in got} >= set(range(5000))
     finally:
         c.close()
+
+
+def test_the_claims_topic_is_ours_not_the_broker_s_auto_created_one(
+    kafka_cluster: KafkaCluster, unique_group: str
+) -> None:
+    # adversary of issue 22: the AdminClient's metadata request for the missing topic
+    # (a producer-type handle: allow.auto.create.topics defaults to true) had a broker with
+    # auto.create.topics.enable=true (Apache Kafka's default) create it first, with the
+    # broker's defaults (4 partitions, CreateTime, 7 days on the test broker); create_topics
+    # then failed with TOPIC_ALREADY_EXISTS, taken as success: log time was the members'
+    # clocks, not the broker's
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from fastrebalance._claimslog import ClaimsLog
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = f"{unique_group}.catchup.claims"
+    log = ClaimsLog({"bootstrap.servers": bootstrap}, topic)
+    deadline = time.monotonic() + 30
+    while not log.started:
+        try:
+            log.start()
+        except Exception:  # a topic just created has no leader for a moment
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    log.close(5)
+    if kafka_cluster.kind == "embedded":
+        pytest.skip(
+            "the embedded cluster answers no CreateTopics (the claims log falls back to its "
+            "auto-creation, 4 partitions, no topic configs): checked on a real broker"
+        )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 1
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    conf = admin.describe_configs([res])[res].result(10)
+    assert conf["message.timestamp.type"].value == "LogAppendTime"
+    assert conf["retention.ms"].value == str(24 * 3600 * 1000)
+
+
+def test_commit_offsets_of_chunk_records_never_moves_the_owners_offset(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+) -> None:
+    # adversary of issue 22 (repro/r14): a helper that had never been assigned the
+    # partition committed offsets=[m.offset() + 1] for chunk records; taken as a plain
+    # position, it was written over the owner's offset (no token yet: the owner had not
+    # committed since its plan): the group stored 1600 while offset 0 was unprocessed
+    # (a restart then skips the backlog below it)
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from fastrebalance import Consumer
+
+    from .helpers import base_conf, group_offsets
+
+    bootstrap, topic, other = kafka_cluster.bootstrap_servers, topic_factory(1), topic_factory(1)
+    prepare(bootstrap, topic, unique_group, 3000)
+    conf = base_conf(
+        bootstrap,
+        unique_group,
+        **{
+            "parallel.rebalance.group.catchup": True,
+            "parallel.rebalance.group.chunk.records": 1000,
+        },
+    )
+    owner, helper = Consumer(conf), Consumer(conf)
+    try:
+        owner.subscribe([topic])  # owns the backlog; processes (commits) nothing
+        helper.subscribe([other])  # a member of the group, never assigned `topic`
+        committed = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and committed < 3:
+            owner.consume(100, 0.05)
+            for m in helper.consume(100, 0.05):
+                if m.error() is None and m.topic() == topic:
+                    try:
+                        helper.commit(
+                            offsets=[TopicPartition(topic, 0, m.offset() + 1)],
+                            asynchronous=False,
+                        )
+                    except KafkaException as exc:  # the two members' first rebalance
+                        if exc.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                            raise
+                        continue
+                    committed += 1
+        assert committed >= 3, "the helper read no chunk"
+        # nothing of the backlog is done (commit(offsets=) claims no chunk record) and the
+        # owner processed nothing: the group's offset must not have moved
+        assert group_offsets(bootstrap, unique_group, topic)[0] == 0
+    finally:
+        helper.close()
+        owner.close()

@@ -70,3 +70,31 @@ def test_refused_with_exactly_once_naming_both_keys() -> None:
 def test_invalid_values_name_the_key(key: str, value: object) -> None:
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         split_config({**BASE, GROUP_KEY: "true", key: value})
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({CLAIMS_TOPIC_KEY: "a b/c"}, "characters"),
+        ({CLAIMS_TOPIC_KEY: "x" * 250}, "249"),
+        ({CLAIMS_TOPIC_KEY: ".."}, "'.'"),
+        # the default is built from group.id, which may hold what a topic name may not
+        ({"group.id": "svc/orders"}, CLAIMS_TOPIC_KEY),
+    ],
+)
+def test_a_claims_topic_kafka_would_refuse_is_refused_here(
+    extra: dict[str, str], why: str
+) -> None:
+    # adversary of issue 22 (repro/r16): "a b/c" was accepted; every start of the claims
+    # log then failed (TOPIC_EXCEPTION, a WARNING every 2 s) and no backlog was read at all
+    # (0 of 5000 records in 20 s)
+    with pytest.raises(ValueError, match=r"claims\.topic") as err:
+        split_config({**BASE, GROUP_KEY: True, **extra})
+    assert why in str(err.value)
+    # a valid name, and an odd group.id with its own valid claims topic, are fine
+    settings, _ = split_config({**BASE, GROUP_KEY: True, CLAIMS_TOPIC_KEY: "A-z_0.9"})
+    assert settings.claims_topic == "A-z_0.9"
+    settings, _ = split_config(
+        {**BASE, "group.id": "svc/orders", GROUP_KEY: True, CLAIMS_TOPIC_KEY: "svc.claims"}
+    )
+    assert settings.claims_topic == "svc.claims"

@@ -162,3 +162,185 @@ def test_a_member_silent_past_the_timeout_loses_its_chunk_and_stops_reading_it()
     # b's late commit of what it had read declares nothing
     b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
     assert _kinds(shared, "b", "done") == []
+
+
+def _read_every_chunk(m: Member, ticks: int) -> list[tuple[int, int]]:
+    """One member alone: tick and hand out every chunk its child starts, in the order it
+    reads them (nothing committed)."""
+    order = []
+    for _ in range(ticks):
+        m.tick()
+        if KEY in m.child.cursors:
+            order.append(m.child.hand_all(KEY))
+    return order
+
+
+def test_committing_a_record_claims_the_chunks_its_stream_handed_out_before_it() -> None:
+    # adversary of issue 22 (repro/r02): a poll loop committing every N-th record by
+    # message never finished a chunk whose last records came before a commit point in the
+    # next chunk: the commit claimed only its own chunk's run (4 of 5 chunks held for ever)
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    order = _read_every_chunk(a, 12)
+    assert sorted(order) == [(0, 10), (10, 20), (20, 30)]
+    h = a.g._helped[KEY]
+    first, second, third = order
+    # the application processed everything up to a record in the middle of the second chunk
+    a.g.commit({KEY: [c for m in [first[0] + 5, second[0] + 4] for c in _claims(a, m)]}, False, 1)
+    assert _kinds(shared, "a", "done") == [first]
+    # ... and up to the last record of the third: all of it was handed out before
+    a.g.commit({KEY: _claims(a, third[1] - 1)}, False, 1)
+    assert sorted(_kinds(shared, "a", "done")) == sorted(order)
+    assert not h.ledger.ranges
+
+
+def test_a_commit_claims_nothing_its_stream_handed_out_after_the_record() -> None:
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    order = _read_every_chunk(a, 12)
+    first = order[0]
+    # a record of the first chunk: the later chunks were handed out after it
+    a.g.commit({KEY: _claims(a, first[1] - 1)}, False, 1)
+    assert _kinds(shared, "a", "done") == [first]
+    assert a.g._helped[KEY].ledger.ranges.count() == 20
+
+
+def _claims(m: Member, offset: int) -> list[Any]:
+    from confluent_kafka import Message
+
+    mine, rest = m.g.split([Message(topic=KEY[0], partition=KEY[1], offset=offset)])
+    assert rest == []
+    return mine[KEY]
+
+
+def test_a_bare_commit_after_more_chunks_than_a_history_keeps_finishes_every_chunk() -> None:
+    # adversary of issue 22 (repro/r01): with small chunks and the 5 s auto-commit, a
+    # member read more than MAX_RUNS chunks between two commits; the runs of the oldest were
+    # dropped from the history and no bare commit claimed them: 128 of 200 chunks held
+    # for ever, the group's offset stayed at 0
+    from fastrebalance._routing import MAX_RUNS
+
+    a, _, shared, _ = _team()
+    n = MAX_RUNS + 6
+    a.g.own([(KEY, Ledger(10 * n + 10, RangeSet([(0, 10 * n)])))])
+    order = _read_every_chunk(a, 3 * n)
+    assert len(order) == n
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert len(_kinds(shared, "a", "done")) == n
+
+
+def test_a_claim_read_back_after_the_member_gave_up_on_it_is_still_its_own(
+    monkeypatch: Any,
+) -> None:
+    # adversary of issue 22 (repro/r09): the broker paused 14 s with a claim in flight; the
+    # member gave the claim up after 10 s and claimed another chunk; the first claim was
+    # then written and won, but the member ignored it: a chunk held for ever by a live
+    # member that did not know it (the group's offset stayed below it, 1,000 records never
+    # read, 120 s)
+    import itertools
+
+    from fastrebalance import _groupcatchup
+    from fastrebalance._groupcatchup import _CLAIM_GIVE_UP_S
+
+    picks = itertools.count()  # each claim picks the next free chunk: never the same twice
+    monkeypatch.setattr(_groupcatchup.random, "choice", lambda seq: seq[next(picks) % len(seq)])
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    late: list[Any] = []
+    log = a.g._log
+    send = log.send
+    log.send = late.append  # type: ignore[method-assign]  # the broker does not answer
+    a.tick()
+    shared.extend((rec, 1_000) for rec in late if rec.kind == "offer")
+    a.tick()
+    first = a.g._claiming
+    assert first is not None
+    for _ in range(int(_CLAIM_GIVE_UP_S) + 2):
+        a.tick()
+    assert a.g._claiming not in (None, first)  # gave up, claimed another
+    log.send = send  # type: ignore[method-assign]  # the broker answers: both claims land
+    shared.extend((rec, 1_000) for rec in late if rec.kind == "claim")
+    order = _read_every_chunk(a, 12)
+    assert sorted(order) == [(0, 10), (10, 20), (20, 30)]
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert sorted(_kinds(shared, "a", "done")) == sorted(order)
+
+
+def test_a_member_closing_mid_chunk_hands_back_what_it_committed() -> None:
+    # adversary of issue 22 (repro/r04): a member closed cleanly in the middle of a chunk
+    # after committing the 700 records it processed; whoever took the chunk over read it
+    # from its start: 700 duplicates with no crash (0 with per-member catch-up)
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    ledger = Ledger(100, RangeSet([(0, 10)]))
+    owner.g.own([(KEY, ledger)])
+    owner.tick()
+    b.tick()  # claims the only chunk
+    b.tick()  # reads it
+    assert b.g._held == {("t", 0, 0, 10)}
+    b.child.hand_all(KEY)
+    b.g.commit({KEY: _claims(b, 5)}, sync=False, timeout_s=1)  # processed 0..5
+    b.g.close(1)
+    a.tick()  # the chunk is free (bye): a claims it
+    a.tick()
+    assert a.g._held == {("t", 0, 0, 10)}
+    assert a.child.hand_all(KEY) == (6, 10)  # only what b did not commit
+    a.tick()
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert _kinds(shared, "a", "done") == [(0, 10)]
+    owner.tick()
+    assert not ledger.ranges  # the group's offset may pass the whole chunk
+
+
+def test_a_chunk_whose_every_offset_is_done_is_done_without_reading() -> None:
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 10)])))])
+    owner.tick()
+    b.tick()
+    b.tick()
+    b.child.hand_all(KEY)
+    b.tick()
+    b.g.commit({KEY: _claims(b, 9)}, sync=False, timeout_s=1)
+    assert _kinds(shared, "b", "done") == [(0, 10)]
+    # an offer of a piece of a done chunk, claimed by a: done at once, nothing read
+    shared.append((ClaimRecord("offer", "o", "t", 0, ((2, 6),)), clock[0]))
+    a.tick()
+    a.tick()
+    a.tick()
+    assert KEY not in a.child.cursors
+    assert _kinds(shared, "a", "done") == [(2, 6)]
+
+
+def test_a_member_that_unsubscribes_gives_its_chunks_back_and_claims_no_more() -> None:
+    # adversary of issue 22 (repro/r13): after unsubscribe() a member went on claiming
+    # chunks of the topic it left and poll() handed out 11,100 more of its records in 15 s
+    # (a plain consumer returns nothing after unsubscribe())
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 20)])))])
+    owner.tick()
+    a.tick()
+    a.tick()
+    assert a.g._held and KEY in a.child.cursors
+    (s, _e), _run = a.child.cursors[KEY]
+    a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 3)}, sync=False, timeout_s=1)
+    held = set(a.g._held) | ({a.g._claiming} if a.g._claiming else set())
+    a.g.stop_helping()
+    assert a.g._held == set() and KEY in a.child.stopped
+    for _ in range(3):
+        a.tick()
+    assert KEY not in a.child.cursors and a.g._held == set()
+    recs = [(rec.kind, rec.chunks) for rec, _ in shared if rec.member == "a"]
+    assert ("done", ((s, s + 4),)) in recs  # what it committed, handed back
+    assert {c for k, c in recs if k == "release"} == {(ck[2:],) for ck in held}
+    assert [k for k, _ in recs].count("claim") == len(held) + 1  # none since, but the piece's
+    # b takes everything over, without what a committed
+    read = _read_every_chunk(b, 8)
+    assert sorted(read) == sorted([(s + 4, s + 10), (10 - s, 20 - s)])
+    a.g.helping = True  # subscribe() again
+    a.tick()
