@@ -469,13 +469,20 @@ def test_a_held_record_from_an_assignment_of_unknown_position_skips_nothing(
         held = _first(c, 20050)
         if how == "revoke inside consume()":
             swap_primary(c, _RevokeMidBatch(c._primary, c, TopicPartition(topic, 0)))
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 90  # the child hands its 20,000 first
             while c._primary.armed:
                 assert time.monotonic() < deadline, "the batch never came"
                 c.consume(100, 0.2)
             swap_primary(c, c._primary._inner)
         c.assign([TopicPartition(topic, 0)])
-        drain(c, lambda ms: any(20050 < m.offset() < 20100 for m in ms))  # the new child
+        # the new child (a flag, not a scan of every record so far: 20,000 records)
+        passed: list[int] = []
+        drain(
+            c,
+            lambda ms: bool(passed),
+            timeout=90,
+            on_message=lambda m: passed.append(m.offset()) if 20050 < m.offset() < 20100 else None,
+        )
         c.commit(message=held, asynchronous=False)
         _assert_safe(bs, unique_group, topic, lowest_unprocessed=0)
     finally:
