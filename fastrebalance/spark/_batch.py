@@ -74,5 +74,9 @@ class FastRebalanceBatchReader(DataSourceReader):
         return [KafkaSlicePartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if type(partition) is InputPartition and partition.value is None:
+            # PySpark plans one InputPartition(None) when partitions() returns none (an empty
+            # topic, startingOffsets equal to endingOffsets): there is nothing to read.
+            return iter(())
         assert isinstance(partition, KafkaSlicePartition), partition
         return read_slices(partition.slices, self.options)

@@ -386,6 +386,26 @@ def test_batch_read_for_a_backfill(spark, kafka_cluster, topic_factory):
     assert not any(r.catchup for r in rows)
 
 
+def test_batch_read_of_an_empty_range_is_empty(spark, kafka_cluster, topic_factory):
+    """spark.read of nothing (an empty topic; startingOffsets equal to endingOffsets) is an
+    empty DataFrame, as with Spark's Kafka source. PySpark turns an empty partition list into
+    one InputPartition(None), which the reader used to refuse with a bare AssertionError."""
+    bs = kafka_cluster.bootstrap_servers
+    empty, topic = topic_factory(2), topic_factory(1)
+    produce(bs, topic, 1, 10, "v")
+
+    def read(name: str, **options: str) -> DataFrame:
+        r = spark.read.format("fastrebalance").option("kafka.bootstrap.servers", bs)
+        for key, value in {"subscribe": name, **options}.items():
+            r = r.option(key, value)
+        return r.load()
+
+    assert read(empty).count() == 0
+    same = json.dumps({topic: {"0": 4}})
+    assert read(topic, startingOffsets=same, endingOffsets=same).count() == 0
+    assert read(topic).count() == 10
+
+
 def test_stream_by_subscribe_pattern_and_by_assign(spark, kafka_cluster, tmp_path):
     prefix = f"pat-{uuid4().hex[:8]}"
     bs = kafka_cluster.bootstrap_servers
