@@ -369,7 +369,8 @@ def plan_end(
         if m.high < nxt:
             plan.losses.append(
                 f"{where}: log end {m.high} is below the next offset {nxt}"
-                " (topic recreated or truncated); continuing from the log end"
+                " (topic recreated or truncated); with failOnDataLoss=false the query goes on"
+                " from the log end, as Spark's Kafka source does"
             )
             pending.truncate_from(m.high)
             nxt = m.high
