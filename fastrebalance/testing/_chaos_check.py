@@ -288,6 +288,7 @@ def check(
         logs: every worker log; ``samples``: the offset sampler's samples.
     """
     result.produced = sent
+    result.written = len(delivered)
     result.produce_failed = failed
     records = read_logs(logs)
     result.logged = len(records)
@@ -407,6 +408,8 @@ class ChaosResult:
     processes: int = 0
     produced: int = 0
     produce_failed: int = 0
+    #: records the producer saw acknowledged (the check's truth is what the topic holds)
+    written: int = 0
     delivered_unique: int = 0
     logged: int = 0
     lost: list[int] = field(default_factory=list)  #: values in no log, not deleted
@@ -515,7 +518,10 @@ def format_summary(r: ChaosResult, command: str | None = None) -> str:
                           f"it; {kinds or 'none'})"),
         ("clean shutdowns", f"{len(r.shutdown_seconds)}, slowest {_s(slowest)} from SIGTERM "
                             f"to exit; {len(r.bounds_exceeded)} documented bounds exceeded"),
-        ("records produced", f"{r.produced:,}"),
+        ("records produced", f"{r.produced:,} sent, {r.written:,} written"
+                             + (f" ({r.produced - r.written - r.produce_failed:,} still in the "
+                                "producer's queue when it stopped: never in Kafka)"
+                                if r.produced - r.written - r.produce_failed > 0 else "")),
         ("delivered (unique)", f"{r.delivered_unique:,} ({r.logged:,} log lines)"),
         ("lost", str(len(r.lost))),
         ("deleted by retention", str(r.deleted_by_retention)),
