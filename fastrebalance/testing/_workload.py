@@ -10,6 +10,7 @@ handle made here belongs to the thread that made it.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import threading
 import time
@@ -119,7 +120,7 @@ def partition_keys(topic: str, partitions: int) -> list[Key]:
     return [(topic, p) for p in range(partitions)]
 
 
-class PacedProducer:
+class PacedProducer(abc.ABC):
     """Writes ``record(seq)`` for seq = 0, 1, ... at ``rate`` records per second until
     stopped, catching up on the schedule rather than sleeping a fixed period (the main
     thread's work can hold the GIL for a few ms at a time).
@@ -137,9 +138,9 @@ class PacedProducer:
         self.failures = 0  #: failed deliveries, and records still unsent at the end
         self.error: BaseException | None = None  #: why the thread stopped producing
 
+    @abc.abstractmethod
     def record(self, seq: int) -> tuple[str, int, bytes]:
-        """The ``seq``-th record: (topic, partition, value)."""
-        raise NotImplementedError
+        """The ``seq``-th record: (topic, partition, value); each producer says its own."""
 
     def on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
