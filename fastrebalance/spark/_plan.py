@@ -339,6 +339,11 @@ def plan_end(
     nexts: dict[TopicPartitionKey, int] = {}
     highs: dict[TopicPartitionKey, int] = {}
     pendings: dict[TopicPartitionKey, RangeSet] = {}
+    # Partitions whose pending gained ranges below the start's next offset (a recreated
+    # topic): plan_slices derives a batch from start and end, and reads a drained range only
+    # if the start had it pending or it lies in [start.next, end.next), so those ranges must
+    # wait for the next batch.
+    held: set[TopicPartitionKey] = set()
 
     for tp in sorted(set(start) | set(marks)):
         m = marks.get(tp)
@@ -367,12 +372,20 @@ def plan_end(
         pending = RangeSet(pos.pending)
         where = f"{tp[0]}-{tp[1]}"
         if m.high < nxt:
+            # The topic was recreated (or its log truncated): what the log holds now is, as far
+            # as offsets can tell, unread. It becomes backlog, read from the next batch on, so
+            # that failOnDataLoss=false skips only what is gone (fastrebalance.Consumer reads a
+            # recreated topic's new log from its start too; Spark's Kafka source skips it).
             plan.losses.append(
                 f"{where}: log end {m.high} is below the next offset {nxt}"
-                " (topic recreated or truncated); with failOnDataLoss=false the query goes on"
-                " from the log end, as Spark's Kafka source does"
+                " (topic recreated or truncated); with failOnDataLoss=false the query reads"
+                f" the records the log holds now, [{m.low}, {m.high}), as backlog and goes on"
+                " from the log end"
             )
             pending.truncate_from(m.high)
+            if m.low < m.high:
+                pending.add(m.low, m.high)
+                held.add(tp)
             nxt = m.high
             high = min(high, nxt)
         gone = [(s, min(e, m.low)) for s, e in pending if s < m.low]
@@ -395,7 +408,9 @@ def plan_end(
 
     grants = allocate({tp: highs[tp] - nexts[tp] for tp in nexts}, fresh_limit)
     if not plan.restarted or drain_on_restart:
-        _drain(pendings, catchup_budget, chunk_size)
+        _drain(
+            {tp: rs for tp, rs in pendings.items() if tp not in held}, catchup_budget, chunk_size
+        )
     for tp in nexts:
         ranges = pendings[tp].as_tuple() if tp in pendings else ()
         plan.end[tp] = PartitionPosition(nexts[tp] + grants[tp], ranges)

@@ -227,7 +227,28 @@ def test_retention_and_truncation_are_reported_as_losses() -> None:
     assert len(plan.losses) == 2
     assert "[100, 200)" in plan.losses[0] and "log end 50" in plan.losses[1]
     assert plan.end[(T, 0)] == pos(600)  # [200, 300) drained in this batch
-    assert plan.end[(T, 1)] == pos(50)
+    # the log that ends below the next offset (a recreated topic): what it holds is backlog
+    assert plan.end[(T, 1)] == pos(50, (0, 50))
+
+
+def test_a_recreated_topic_s_new_log_is_read_in_full_not_skipped() -> None:
+    """failOnDataLoss=false and a topic recreated while the query was down: the new log's
+    records are read (as backlog, from the next batch on), never skipped; the live stream
+    goes on from the new log end. Reading them in the same batch would lose them: a batch's
+    slices are derived from its start and end, and the start never had them."""
+    start = {(T, 0): pos(250)}
+    marks = {(T, 0): Marks(0, 50)}
+    plan = plan_end(start, marks, catchup_budget=1_000)
+    assert plan.end[(T, 0)] == pos(50, (0, 50))
+    assert "[0, 50)" in plan.losses[0]
+    assert plan_slices(start, plan.end, 100) == []
+    marks = {(T, 0): Marks(0, 70)}
+    nxt = plan_end(plan.end, marks, catchup_budget=1_000)
+    assert nxt.end[(T, 0)] == pos(70) and not nxt.losses
+    assert plan_slices(plan.end, nxt.end, 100) == [
+        Slice(T, 0, 50, 70, False),
+        Slice(T, 0, 0, 50, True),
+    ]
 
 
 def test_nothing_new_gives_back_an_equal_offset() -> None:
