@@ -88,7 +88,7 @@ class Session:
 
     def __exit__(self, kind: Any, *_: Any) -> None:
         try:
-            if kind is None and self._owned_external:
+            if kind is None and self._owned_external and (self.topics or self.groups):
                 cleanup(self.bootstrap, self.topics, self.groups)
         finally:
             self._stack.close()
