@@ -688,23 +688,9 @@ def _recovery_tables(result: BenchResult) -> list[str]:
     base = median(r.rss_base_kib for r in result.recovery) or 0.0
     lines += [
         "",
-        f"Fresh records: produced after the restart (the consumer's construction) and"
-        f" within the first {s.duration_s:g} s; latency = delivery - produce time."
-        " Fresh via child: of those, the ones produced before fastrebalance read the log"
-        " end (during the join), which lie below where its primary starts, so its child"
-        " delivers them after the backlog. Steady p99: fastrebalance restarted with no"
-        " backlog, same W, same producer, same repetition. W µs of busy work per record;"
-        " 100-byte records; backlog written in lz4 batches right before each run."
-        " records/s: deliveries until the backlog was delivered ÷ time from the restart"
-        f" (join included). Peak RSS: the whole worker process (VmHWM); its base (Python"
-        f" + libraries, before the consumer) was {base / 1024:.0f} MiB. close(): the"
-        " consumer's close() after the run (commits, leaving the group), not part of any"
-        " other column. lost: records below the final log end never delivered (must be 0)."
-        f" plain tuned: plain confluent-kafka with the child's fetch setting"
-        f" ({', '.join(f'{k}={v}' for k, v in TUNED_CONF.items())}; librdkafka's default is"
-        " 1000): the drain against plain (defaults) mixes configuration and design,"
-        " against plain tuned it is the design alone; the target is against the better"
-        " of the two.",
+        f"Fresh records: produced within {s.duration_s:g} s of the restart. Peak RSS includes"
+        f" the worker's base (Python + libraries) of {base / 1024:.0f} MiB. Every column:"
+        " docs/benchmarks.md, What is measured.",
         "",
     ]
     return lines
@@ -747,19 +733,9 @@ def _throughput_table(result: BenchResult) -> list[str]:
     lines += md_table(header, rows)
     lines += [
         "",
-        "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x."
-        " Ratios: the median over the repetitions of the ratio within one repetition."
-        " Each repetition is one process holding the three variants, each a new group"
-        " reading the whole topic from the start (no committed offset: no catch-up),"
-        f" read in turns of {BLOCK:,} records, the first variant rotating: what the"
-        " machine does meanwhile falls on all three alike (run in separate processes,"
-        " the same bound method measured 0.86M and 1.34M records/s minutes apart)."
-        " Mode off is confluent-kafka's own bound methods: its ratio shows the noise"
-        " left. The loop only skips errors and counts. fetch.queue.backoff.ms="
-        f"{THROUGHPUT_FETCH_BACKOFF_MS} for every variant, and the turns begin"
-        f" {PREFETCH_S:g} s per handle after the first records, once librdkafka has"
-        " fetched the whole topic into every queue: what is timed is the per-call cost"
-        " of the consumer, fetching excluded.",
+        "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x. How the three"
+        f" variants share one process, in turns of {BLOCK:,} records: docs/benchmarks.md,"
+        " What is measured.",
         "",
     ]
     return lines

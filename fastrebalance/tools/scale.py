@@ -1010,61 +1010,16 @@ def format_markdown(result: ScaleResult, command: str | None = None) -> str:
         "",
     ]
     lines += _restart_table(result)
-    lines += [
-        "",
-        "Times from each member's `subscribe()`, the slowest member of the group (one"
-        " process per member, all told to subscribe at once). *assigned*: the first"
-        " `consume()` that served an assignment returned (fastrebalance: its plan"
-        " included); *settled*: the last assignment change returned; *first fresh*: the"
-        " first record produced after `subscribe()` delivered. *plan*: the slowest plan"
-        " inside a rebalance callback (`last_plan`) and its partitions; *round trips*: its"
-        " share spent reading both commit logs and the watermarks. *commit()*: the"
-        " member's synchronous bare commit once its backlog was delivered. Ratios:"
-        " fastrebalance ÷ plain, same cell.",
-        "",
-        "### A range token on every partition: one synchronous commit",
-        "",
-    ]
+    lines += ["", "### A range token on every partition: one synchronous commit", ""]
     lines += _token_table(result)
-    lines += [
-        "",
-        "Before each fastrebalance restart an `assign()`-only fastrebalance consumer planned"
-        " every partition (*plan of assign()*, each gains a range) and stored its start"
-        " offsets with `commit(offsets=..., asynchronous=False)`: the safe offset and a"
-        " range token on every partition, in one OffsetCommit request. *tokens stored*:"
-        " partitions whose metadata, read back by a plain consumer, decodes as a token."
-        " *sent to the coordinator*: bytes librdkafka sent to the group coordinator"
-        " across the commit (its statistics), i.e. the request. Plain: its members' bare"
-        " synchronous commit, offsets only.",
-        "",
-        "### Memory per assigned, idle partition (one member)",
-        "",
-    ]
+    lines += ["", "### Memory per assigned, idle partition (one member)", ""]
     lines += _memory_table(result)
-    lines += [
-        "",
-        f"RSS: `VmRSS` once the backlog is delivered and the member idles (~1 s of trickle),"
-        " in runs without librdkafka statistics (their documents describe every partition),"
-        f" {s.partitions:,} partitions against {s.few} on one topic, divided by the"
-        " difference; librdkafka's own per-partition state (two clients for"
-        " fastrebalance: the child keeps its own state for every partition it read) is in"
-        " it, and so is heap freed but not given back (fetch buffers, the plan's temporary"
-        " objects): *after malloc_trim* is the same once glibc returned that."
-        " *traced*: `tracemalloc` in separate runs (it slows everything), Python memory"
-        " alive once idle that was allocated with a library frame on the stack"
-        " (fastrebalance's ledgers, histories, epochs, tokens, metrics snapshot), or"
-        " anywhere in the process after the consumer was built.",
-        "",
-        "### Broker requests (librdkafka statistics)",
-        "",
-    ]
+    lines += ["", "### Broker requests (librdkafka statistics)", ""]
     lines += _request_table(result)
     lines += [
         "",
-        "Summed over the members, whole run (join, plans, catch-up, commits, idle); the"
-        " child's as of its last statistics document. *per-partition types*: request types"
-        " other than Fetch/Heartbeat (periodic: one Fetch carries every partition of a"
-        " broker) sent at least once per two partitions a member holds.",
+        "Every column: docs/benchmarks.md, Scale (what each time, byte count and memory"
+        " figure is, and how it is measured).",
         "",
         "### Targets",
         "",
