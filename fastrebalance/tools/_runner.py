@@ -245,6 +245,19 @@ def run_worker(module: str, spec: dict[str, Any], timeout: float) -> dict[str, A
         worker.close()
 
 
+R = TypeVar("R")
+
+
+def revive(cls: type[R], fields: dict[str, Any]) -> R:
+    """A result dataclass from a worker's JSON. JSON has no tuples and the results are
+    frozen dataclasses of tuples: every list comes back as a tuple, nested ones too."""
+
+    def back(value: Any) -> Any:
+        return tuple(back(v) for v in value) if isinstance(value, list) else value
+
+    return cls(**{name: back(value) for name, value in fields.items()})
+
+
 WorkerKind = Callable[[dict[str, Any], "queue.Queue[str]"], dict[str, Any]]
 
 

@@ -59,6 +59,7 @@ from ._runner import (
     memory_kib,
     quiet,
     ratio,
+    revive,
     run_worker,
     table,
     worker_main,
@@ -378,13 +379,6 @@ def _read_block(consumer: Any, loop: str, want: int, timeout: float, deadline: f
     return n
 
 
-def _result_from(d: dict[str, Any]) -> RunResult:
-    d = dict(d)
-    d["errors"] = tuple(d.get("errors") or ())
-    d["samples"] = tuple(tuple(s) for s in d.get("samples") or ())
-    return RunResult(**d)
-
-
 # -------------------------------------------------------------------- the run
 def _per_partition(total: int, partitions: int) -> list[int]:
     """How ``produce_backlog``'s round robin spreads ``total`` records."""
@@ -507,7 +501,7 @@ def _recovery(
             rep=rep,
             consumer=consumer,
             prepared=sum(hi - st for (_lo, hi), st in zip(marks, start, strict=True)),
-            result=_result_from(got["result"]),
+            result=revive(RunResult, got["result"]),
             rss_peak_kib=got["rss_peak_kib"],
             rss_base_kib=got["rss_base_kib"],
         )
@@ -556,17 +550,18 @@ def _by_rep(runs: Sequence[RecoveryRun]) -> dict[int, RunResult]:
 
 
 def paired_ratio(
-    top: Sequence[RecoveryRun],
-    bottom: Sequence[RecoveryRun],
-    metric: Callable[[RunResult], float | None],
+    top: Sequence[RecoveryRun], bottom: Sequence[RecoveryRun], metric: str
 ) -> float | None:
-    """Median over the repetitions of top/bottom, each pair from the same repetition.
+    """Median over the repetitions of top/bottom (``metric``: a ``RunResult`` field), each
+    pair from the same repetition.
 
     The two runs of a pair ran minutes apart at most, under the same load from the
     rest of the machine; a ratio of medians could pair a quiet run with a busy one.
     """
     b = _by_rep(bottom)
-    return median(div(metric(t.result), metric(b[t.rep])) for t in top if t.rep in b)
+    return median(
+        div(getattr(t.result, metric), getattr(b[t.rep], metric)) for t in top if t.rep in b
+    )
 
 
 def better_plain_drain(
@@ -578,29 +573,16 @@ def better_plain_drain(
     p, t = _by_rep(plain), _by_rep(tuned)
 
     def best(rep: int) -> float | None:
-        times = [x for x in (_drain(p[rep]) if rep in p else None,
-                             _drain(t[rep]) if rep in t else None) if x]  # fmt: skip
+        times = [r.backlog_done_s for r in (p.get(rep), t.get(rep)) if r and r.backlog_done_s]
         return min(times) if times else None
 
-    return median(div(_drain(f.result), best(f.rep)) for f in fast)
+    return median(div(f.result.backlog_done_s, best(f.rep)) for f in fast)
 
 
 def steady_p99(result: BenchResult, work_us: float) -> float | None:
     """Median p99 of fastrebalance restarted without a backlog: the reference."""
     runs = _group_runs(result).get((0, work_us, FAST), [])
     return median(r.result.fresh_p99_s for r in runs)
-
-
-def _p99(r: RunResult) -> float | None:
-    return r.fresh_p99_s
-
-
-def _drain(r: RunResult) -> float | None:
-    return r.backlog_done_s
-
-
-def _first(r: RunResult) -> float | None:
-    return r.first_fresh_s
 
 
 def _recovery_tables(result: BenchResult) -> list[str]:
@@ -618,7 +600,8 @@ def _recovery_tables(result: BenchResult) -> list[str]:
         return lambda k: median(getattr(r.result, name) for r in runs[k])
 
     def vs_steady(k: Key) -> str:
-        return ratio(paired_ratio(runs[k], runs.get((0, k[1], FAST), []), _p99)) if k[0] else "-"
+        steady = runs.get((0, k[1], FAST), [])
+        return ratio(paired_ratio(runs[k], steady, "fresh_p99_s")) if k[0] else "-"
 
     def records_per_s(k: Key) -> str:
         rps = med("records_per_s")(k)
@@ -662,9 +645,9 @@ def _recovery_tables(result: BenchResult) -> list[str]:
             fast = runs.get((asked, work_us, FAST), [])
             if not plain or not fast:
                 continue
-            p99_ratio = paired_ratio(fast, steady, _p99)
-            drain = paired_ratio(fast, plain, _drain)
-            drain_tuned = paired_ratio(fast, tuned, _drain) if tuned else None
+            p99_ratio = paired_ratio(fast, steady, "fresh_p99_s")
+            drain = paired_ratio(fast, plain, "backlog_done_s")
+            drain_tuned = paired_ratio(fast, tuned, "backlog_done_s") if tuned else None
             best = better_plain_drain(fast, plain, tuned)
             met = []
             if p99_ratio is not None:
@@ -676,11 +659,11 @@ def _recovery_tables(result: BenchResult) -> list[str]:
                     f"{asked:,}",
                     f"{work_us:g}",
                     ratio(p99_ratio),
-                    ratio(paired_ratio(plain, steady, _p99)),
+                    ratio(paired_ratio(plain, steady, "fresh_p99_s")),
                     ratio(drain),
                     ratio(drain_tuned),
                     ratio(best),
-                    ratio(paired_ratio(plain, fast, _first)),
+                    ratio(paired_ratio(plain, fast, "first_fresh_s")),
                     " ".join(met) or "-",
                 ]
             )

@@ -80,6 +80,7 @@ from ._runner import (
     memory_kib,
     quiet,
     ratio,
+    revive,
     run_worker,
     table,
     worker_main,
@@ -617,9 +618,7 @@ def _run_cell(
             w.send("finish")
         results = []
         for w in workers:
-            got = w.wait_for("result", 120.0)["result"]
-            got["plans"] = tuple(tuple(p) for p in got["plans"])
-            results.append(MemberResult(**got))
+            results.append(revive(MemberResult, w.wait_for("result", 120.0)["result"]))
         return wall, tuple(results)
     finally:
         for w in workers:
