@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import queue
 import sys
 import time
@@ -832,10 +831,6 @@ def write_plot(result: BenchResult, path: str) -> str | None:
     return path
 
 
-def result_json(result: BenchResult) -> str:
-    """Every run's raw measurements, for later analysis."""
-    return json.dumps(dataclasses.asdict(result), indent=1, default=str)
-
 
 
 
@@ -922,7 +917,7 @@ def _command(args: argparse.Namespace) -> int:
     command = " ".join(["fastrebalance bench", *a.spelled(args, options)])
     print(f"fastrebalance bench: {command}\n", flush=True)
     result = run_bench(settings, out=lambda line: print(line, flush=True))
-    a.write_report(args, format_markdown(result, command), lambda: result_json(result))
+    a.write_report(args, format_markdown(result, command), result)
     if not args.no_plot and "recovery" in scenarios:
         written = write_plot(result, args.plot)
         if written:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import json
 import os
 import queue
 import statistics
@@ -361,10 +359,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             kinds=kinds, rate=rate, chunk=chunk, timeout_s=getattr(args, "timeout", 300.0),
             out=lambda line: print(line, flush=True), create=session.cluster.create_topic,
         )  # fmt: skip
-    a.write_report(
-        args, format_table(runs, command),
-        lambda: json.dumps([dataclasses.asdict(r) for r in runs], indent=1),
-    )  # fmt: skip
+    a.write_report(args, format_table(runs, command), runs)
     return a.EXIT_OK if all(r.drain_s is not None for r in runs) else a.EXIT_CHECK_FAILED
 
 

@@ -96,7 +96,6 @@ __all__ = [
     "add_command",
     "format_markdown",
     "per_partition_requests",
-    "result_json",
     "run_scale",
 ]
 
@@ -652,17 +651,8 @@ def run_scale(
     cluster: Any = None,
     out: Out | None = print,
 ) -> ScaleResult:
-    """Run every cell and return the measurements.
-
-    Args:
-        settings: what to run; ``ScaleSettings()`` when None.
-        cluster: a running ``KafkaCluster`` (tests pass theirs); when None,
-            ``settings.bootstrap_servers`` names one, or an embedded one is started.
-        out: receives a progress line per run; None prints nothing.
-
-    Raises:
-        RuntimeError, KafkaException: the cluster or a worker failed.
-    """
+    """Run every cell and return the measurements (arguments and errors: as
+    ``bench.run_bench``'s, with ``ScaleSettings``)."""
     s = settings or ScaleSettings()
     emit = out or quiet
     cells: list[CellResult] = []
@@ -1033,9 +1023,6 @@ def format_markdown(result: ScaleResult, command: str | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def result_json(result: ScaleResult) -> str:
-    return json.dumps(dataclasses.asdict(result), indent=1, default=str)
-
 
 # ------------------------------------------------------------------ the command
 def add_command(commands: a.Commands) -> None:
@@ -1108,7 +1095,7 @@ def _command(args: argparse.Namespace) -> int:
     command = " ".join(["fastrebalance bench-scale", *a.spelled(args, options)])
     print(f"fastrebalance bench-scale: {command}\n", flush=True)
     result = run_scale(settings, out=lambda line: print(line, flush=True))
-    a.write_report(args, format_markdown(result, command), lambda: result_json(result))
+    a.write_report(args, format_markdown(result, command), result)
     requests_ok = targets(result)["no per-partition broker requests"][0] is not False
     tokens_ok = all(c.seed.tokens == c.partitions for c in result.cells if c.seed is not None)
     return a.EXIT_OK if requests_ok and tokens_ok else a.EXIT_CHECK_FAILED
