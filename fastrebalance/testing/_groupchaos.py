@@ -398,9 +398,9 @@ def run_group_chaos(
     tag = uuid.uuid4().hex[:8]
     topic, group = f"gchaos-{tag}", f"gchaos-{tag}"
     if create_topic is None:
-        from fastrebalance.tools.groupbench import admin_create_topic
+        from ._clusters import ExternalKafka
 
-        create_topic = admin_create_topic(bootstrap)
+        create_topic = ExternalKafka(bootstrap).create_topic
     create_topic(topic, 1)
     prepare(bootstrap, topic, group, backlog)
     log(f"group chaos: topic {topic}, seed {seed}, {members} members, backlog {backlog:,}")

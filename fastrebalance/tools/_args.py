@@ -10,10 +10,12 @@ command line being touched, and nothing here imports a command: no import circle
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
@@ -199,14 +201,18 @@ def report_files(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", help="also write every run's raw measurements")
 
 
-def write_report(args: argparse.Namespace, tables: str, as_json: Callable[[], str]) -> None:
-    """A benchmark's tables on stdout, and in the files --markdown and --json name."""
+def write_report(args: argparse.Namespace, tables: str, result: Any) -> None:
+    """A benchmark's tables on stdout and in the file --markdown names; ``result`` (a
+    dataclass, or a list of them), every raw measurement, in the file --json names."""
     print()
     print(tables, flush=True)
-    for path, text in ((args.markdown, None), (args.json, as_json)):
-        if path:
-            with open(path, "w") as f:
-                f.write(tables if text is None else text())
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(tables)
+    if args.json:
+        raw = [asdict(r) for r in result] if isinstance(result, list) else asdict(result)
+        with open(args.json, "w") as f:
+            f.write(json.dumps(raw, indent=1, default=str))
 
 
 def spelled(args: argparse.Namespace, names: Sequence[str], defaults: Any = None) -> list[str]:

@@ -88,7 +88,7 @@ class Session:
 
     def __exit__(self, kind: Any, *_: Any) -> None:
         try:
-            if kind is None and self._owned_external:
+            if kind is None and self._owned_external and (self.topics or self.groups):
                 cleanup(self.bootstrap, self.topics, self.groups)
         finally:
             self._stack.close()
@@ -243,6 +243,19 @@ def run_worker(module: str, spec: dict[str, Any], timeout: float) -> dict[str, A
         return result
     finally:
         worker.close()
+
+
+R = TypeVar("R")
+
+
+def revive(cls: type[R], fields: dict[str, Any]) -> R:
+    """A result dataclass from a worker's JSON. JSON has no tuples and the results are
+    frozen dataclasses of tuples: every list comes back as a tuple, nested ones too."""
+
+    def back(value: Any) -> Any:
+        return tuple(back(v) for v in value) if isinstance(value, list) else value
+
+    return cls(**{name: back(value) for name, value in fields.items()})
 
 
 WorkerKind = Callable[[dict[str, Any], "queue.Queue[str]"], dict[str, Any]]

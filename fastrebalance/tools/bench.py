@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import queue
 import sys
 import time
@@ -59,6 +58,7 @@ from ._runner import (
     memory_kib,
     quiet,
     ratio,
+    revive,
     run_worker,
     table,
     worker_main,
@@ -378,13 +378,6 @@ def _read_block(consumer: Any, loop: str, want: int, timeout: float, deadline: f
     return n
 
 
-def _result_from(d: dict[str, Any]) -> RunResult:
-    d = dict(d)
-    d["errors"] = tuple(d.get("errors") or ())
-    d["samples"] = tuple(tuple(s) for s in d.get("samples") or ())
-    return RunResult(**d)
-
-
 # -------------------------------------------------------------------- the run
 def _per_partition(total: int, partitions: int) -> list[int]:
     """How ``produce_backlog``'s round robin spreads ``total`` records."""
@@ -507,7 +500,7 @@ def _recovery(
             rep=rep,
             consumer=consumer,
             prepared=sum(hi - st for (_lo, hi), st in zip(marks, start, strict=True)),
-            result=_result_from(got["result"]),
+            result=revive(RunResult, got["result"]),
             rss_peak_kib=got["rss_peak_kib"],
             rss_base_kib=got["rss_base_kib"],
         )
@@ -556,17 +549,18 @@ def _by_rep(runs: Sequence[RecoveryRun]) -> dict[int, RunResult]:
 
 
 def paired_ratio(
-    top: Sequence[RecoveryRun],
-    bottom: Sequence[RecoveryRun],
-    metric: Callable[[RunResult], float | None],
+    top: Sequence[RecoveryRun], bottom: Sequence[RecoveryRun], metric: str
 ) -> float | None:
-    """Median over the repetitions of top/bottom, each pair from the same repetition.
+    """Median over the repetitions of top/bottom (``metric``: a ``RunResult`` field), each
+    pair from the same repetition.
 
     The two runs of a pair ran minutes apart at most, under the same load from the
     rest of the machine; a ratio of medians could pair a quiet run with a busy one.
     """
     b = _by_rep(bottom)
-    return median(div(metric(t.result), metric(b[t.rep])) for t in top if t.rep in b)
+    return median(
+        div(getattr(t.result, metric), getattr(b[t.rep], metric)) for t in top if t.rep in b
+    )
 
 
 def better_plain_drain(
@@ -578,29 +572,16 @@ def better_plain_drain(
     p, t = _by_rep(plain), _by_rep(tuned)
 
     def best(rep: int) -> float | None:
-        times = [x for x in (_drain(p[rep]) if rep in p else None,
-                             _drain(t[rep]) if rep in t else None) if x]  # fmt: skip
+        times = [r.backlog_done_s for r in (p.get(rep), t.get(rep)) if r and r.backlog_done_s]
         return min(times) if times else None
 
-    return median(div(_drain(f.result), best(f.rep)) for f in fast)
+    return median(div(f.result.backlog_done_s, best(f.rep)) for f in fast)
 
 
 def steady_p99(result: BenchResult, work_us: float) -> float | None:
     """Median p99 of fastrebalance restarted without a backlog: the reference."""
     runs = _group_runs(result).get((0, work_us, FAST), [])
     return median(r.result.fresh_p99_s for r in runs)
-
-
-def _p99(r: RunResult) -> float | None:
-    return r.fresh_p99_s
-
-
-def _drain(r: RunResult) -> float | None:
-    return r.backlog_done_s
-
-
-def _first(r: RunResult) -> float | None:
-    return r.first_fresh_s
 
 
 def _recovery_tables(result: BenchResult) -> list[str]:
@@ -618,7 +599,8 @@ def _recovery_tables(result: BenchResult) -> list[str]:
         return lambda k: median(getattr(r.result, name) for r in runs[k])
 
     def vs_steady(k: Key) -> str:
-        return ratio(paired_ratio(runs[k], runs.get((0, k[1], FAST), []), _p99)) if k[0] else "-"
+        steady = runs.get((0, k[1], FAST), [])
+        return ratio(paired_ratio(runs[k], steady, "fresh_p99_s")) if k[0] else "-"
 
     def records_per_s(k: Key) -> str:
         rps = med("records_per_s")(k)
@@ -662,9 +644,9 @@ def _recovery_tables(result: BenchResult) -> list[str]:
             fast = runs.get((asked, work_us, FAST), [])
             if not plain or not fast:
                 continue
-            p99_ratio = paired_ratio(fast, steady, _p99)
-            drain = paired_ratio(fast, plain, _drain)
-            drain_tuned = paired_ratio(fast, tuned, _drain) if tuned else None
+            p99_ratio = paired_ratio(fast, steady, "fresh_p99_s")
+            drain = paired_ratio(fast, plain, "backlog_done_s")
+            drain_tuned = paired_ratio(fast, tuned, "backlog_done_s") if tuned else None
             best = better_plain_drain(fast, plain, tuned)
             met = []
             if p99_ratio is not None:
@@ -676,11 +658,11 @@ def _recovery_tables(result: BenchResult) -> list[str]:
                     f"{asked:,}",
                     f"{work_us:g}",
                     ratio(p99_ratio),
-                    ratio(paired_ratio(plain, steady, _p99)),
+                    ratio(paired_ratio(plain, steady, "fresh_p99_s")),
                     ratio(drain),
                     ratio(drain_tuned),
                     ratio(best),
-                    ratio(paired_ratio(plain, fast, _first)),
+                    ratio(paired_ratio(plain, fast, "first_fresh_s")),
                     " ".join(met) or "-",
                 ]
             )
@@ -688,23 +670,9 @@ def _recovery_tables(result: BenchResult) -> list[str]:
     base = median(r.rss_base_kib for r in result.recovery) or 0.0
     lines += [
         "",
-        f"Fresh records: produced after the restart (the consumer's construction) and"
-        f" within the first {s.duration_s:g} s; latency = delivery - produce time."
-        " Fresh via child: of those, the ones produced before fastrebalance read the log"
-        " end (during the join), which lie below where its primary starts, so its child"
-        " delivers them after the backlog. Steady p99: fastrebalance restarted with no"
-        " backlog, same W, same producer, same repetition. W µs of busy work per record;"
-        " 100-byte records; backlog written in lz4 batches right before each run."
-        " records/s: deliveries until the backlog was delivered ÷ time from the restart"
-        f" (join included). Peak RSS: the whole worker process (VmHWM); its base (Python"
-        f" + libraries, before the consumer) was {base / 1024:.0f} MiB. close(): the"
-        " consumer's close() after the run (commits, leaving the group), not part of any"
-        " other column. lost: records below the final log end never delivered (must be 0)."
-        f" plain tuned: plain confluent-kafka with the child's fetch setting"
-        f" ({', '.join(f'{k}={v}' for k, v in TUNED_CONF.items())}; librdkafka's default is"
-        " 1000): the drain against plain (defaults) mixes configuration and design,"
-        " against plain tuned it is the design alone; the target is against the better"
-        " of the two.",
+        f"Fresh records: produced within {s.duration_s:g} s of the restart. Peak RSS includes"
+        f" the worker's base (Python + libraries) of {base / 1024:.0f} MiB. Every column:"
+        " docs/benchmarks.md, What is measured.",
         "",
     ]
     return lines
@@ -747,19 +715,9 @@ def _throughput_table(result: BenchResult) -> list[str]:
     lines += md_table(header, rows)
     lines += [
         "",
-        "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x."
-        " Ratios: the median over the repetitions of the ratio within one repetition."
-        " Each repetition is one process holding the three variants, each a new group"
-        " reading the whole topic from the start (no committed offset: no catch-up),"
-        f" read in turns of {BLOCK:,} records, the first variant rotating: what the"
-        " machine does meanwhile falls on all three alike (run in separate processes,"
-        " the same bound method measured 0.86M and 1.34M records/s minutes apart)."
-        " Mode off is confluent-kafka's own bound methods: its ratio shows the noise"
-        " left. The loop only skips errors and counts. fetch.queue.backoff.ms="
-        f"{THROUGHPUT_FETCH_BACKOFF_MS} for every variant, and the turns begin"
-        f" {PREFETCH_S:g} s per handle after the first records, once librdkafka has"
-        " fetched the whole topic into every queue: what is timed is the per-call cost"
-        " of the consumer, fetching excluded.",
+        "Targets: mode on ≥ 0.95x raw poll() and consume(); mode off ≥ 0.98x. How the three"
+        f" variants share one process, in turns of {BLOCK:,} records: docs/benchmarks.md,"
+        " What is measured.",
         "",
     ]
     return lines
@@ -873,10 +831,6 @@ def write_plot(result: BenchResult, path: str) -> str | None:
     return path
 
 
-def result_json(result: BenchResult) -> str:
-    """Every run's raw measurements, for later analysis."""
-    return json.dumps(dataclasses.asdict(result), indent=1, default=str)
-
 
 
 
@@ -963,7 +917,7 @@ def _command(args: argparse.Namespace) -> int:
     command = " ".join(["fastrebalance bench", *a.spelled(args, options)])
     print(f"fastrebalance bench: {command}\n", flush=True)
     result = run_bench(settings, out=lambda line: print(line, flush=True))
-    a.write_report(args, format_markdown(result, command), lambda: result_json(result))
+    a.write_report(args, format_markdown(result, command), result)
     if not args.no_plot and "recovery" in scenarios:
         written = write_plot(result, args.plot)
         if written:

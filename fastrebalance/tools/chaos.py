@@ -7,7 +7,6 @@ replays a run (its seed, and every option given).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import shlex
 import sys
@@ -245,19 +244,15 @@ def _chaos_group(args: argparse.Namespace) -> int:
     import random
     import tempfile
 
-    from ..testing import EmbeddedKafka
     from ..testing._groupchaos import run_group_chaos
+    from ._runner import Session
 
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="fastrebalance-chaos-group-"))
-    with contextlib.ExitStack() as stack:
-        bootstrap, create_topic = args.bootstrap_servers, None
-        if not bootstrap:
-            cluster = stack.enter_context(EmbeddedKafka())
-            bootstrap, create_topic = cluster.bootstrap_servers, cluster.create_topic
+    with Session("gchaos", args.bootstrap_servers, out=None) as session:
         report = run_group_chaos(
-            bootstrap, workdir, seconds=args.duration, members=args.members,
-            backlog=args.backlog, seed=seed, create_topic=create_topic,
+            session.bootstrap, workdir, seconds=args.duration, members=args.members,
+            backlog=args.backlog, seed=seed, create_topic=session.cluster.create_topic,
             log=lambda line: print(line, flush=True),
         )  # fmt: skip
     words = ["fastrebalance", "chaos-group", "--duration", f"{args.duration:g}s", "--seed",

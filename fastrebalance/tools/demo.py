@@ -33,7 +33,6 @@ import argparse
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +55,7 @@ from ..testing._workload import (
     watermarks,
 )
 from . import _args as a
+from ._runner import Out, quiet
 from .workload import (
     BATCH,
     FETCH_WAIT_MS,
@@ -66,8 +66,6 @@ from .workload import (
 )
 
 __all__ = ["DemoResult", "DemoSettings", "RunResult", "add_command", "format_results", "run_demo"]
-
-Out = Callable[[str], None]
 
 #: Records the crashed consumer reads past its last commit before it dies.
 _READ_BEFORE_CRASH = 1000
@@ -192,10 +190,6 @@ def _crash(
 _BAR = 30  # progress bar width, characters
 
 
-def _quiet(_line: str) -> None:
-    pass
-
-
 def run_demo(
     settings: DemoSettings | None = None,
     *,
@@ -216,7 +210,7 @@ def run_demo(
             (unreachable, a timeout); a lost record is *not* an error but ``lost``.
     """
     s = settings or DemoSettings()
-    emit = out or _quiet
+    emit = out or quiet
 
     def say(text: str) -> None:
         indent = _INDENT if text.startswith("[") or text.startswith(_INDENT) else ""

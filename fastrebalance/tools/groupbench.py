@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import signal
+import queue
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -46,47 +43,51 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import Producer, TopicPartition
 
 from .._ranges import RangeSet
+from ..testing._workload import FreshProducer, produce_time
+from . import _args as a
+from ._runner import Session, Worker, worker_main
 
-__all__ = ["GroupRun", "format_table", "main", "run_group_bench"]
+__all__ = ["GroupRun", "add_command", "format_table", "main", "run_group_bench"]
 
 KINDS = ("plain", "catchup", "group")
+_WORKER_MODULE = "fastrebalance.tools.groupbench"
 
 
 # -- a member process -------------------------------------------------------------------------
-def _member(args: argparse.Namespace) -> int:
+def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str, Any]:
+    """Read, wait W per record, write what was processed to the member's file, until the
+    parent says ``finish``."""
     if os.environ.get("GROUPBENCH_LOG"):  # a member's own timeline, for looking into a run
         import logging
 
         logging.basicConfig(
-            filename=f"{args.out}.log",
+            filename=f"{spec['out']}.log",
             level=logging.DEBUG,
             format="%(created).3f %(name)s %(message)s",
         )
         logging.getLogger("fastrebalance.child").setLevel(logging.WARNING)
     conf: dict[str, Any] = {
-        "bootstrap.servers": args.bootstrap,
-        "group.id": args.group,
+        "bootstrap.servers": spec["bootstrap"],
+        "group.id": spec["group"],
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "fetch.wait.max.ms": 10,
         "session.timeout.ms": 10000,
     }
-    if args.kind == "plain":
+    if spec["consumer"] == "plain":
         consumer: Any = PlainConsumer(conf)
     else:
         from fastrebalance import Consumer
 
         conf["enable.parallel.rebalance"] = True
-        if args.kind == "group":
+        if spec["consumer"] == "group":
             conf["parallel.rebalance.group.catchup"] = True
-            conf["parallel.rebalance.group.chunk.records"] = args.chunk
+            conf["parallel.rebalance.group.chunk.records"] = spec["chunk"]
         consumer = Consumer(conf)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    consumer.subscribe([args.topic])
-    backlog, work_s = args.backlog, args.work_us / 1e6
-    with open(args.out, "w", encoding="ascii") as out:
-        while not stop.is_set():
+    consumer.subscribe([spec["topic"]])
+    backlog, work_s = spec["backlog"], spec["work_us"] / 1e6
+    with open(spec["out"], "w", encoding="ascii") as out:
+        while commands.empty():  # "finish" (or "eof": the parent went away)
             msgs = [m for m in consumer.consume(500, 0.1) if m.error() is None]
             if not msgs:
                 continue
@@ -107,13 +108,14 @@ def _member(args: argparse.Namespace) -> int:
             for m in msgs:
                 if m.offset() >= backlog:
                     with contextlib.suppress(ValueError):
-                        lines.append(f"f {1000 * (now - float(m.value())):.2f} {now:.4f}\n")
+                        latency = now - produce_time(m.value())
+                        lines.append(f"f {1000 * latency:.2f} {now:.4f}\n")
             out.write("".join(lines))
             out.flush()
             with contextlib.suppress(Exception):
                 consumer.commit(asynchronous=True)
     consumer.close()
-    return 0
+    return {}
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -129,9 +131,6 @@ class GroupRun:
     fresh_p99_ms: float | None
     fresh: int
     shares: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class _Files:
@@ -173,20 +172,6 @@ class _Files:
         return self.covered.as_tuple() == ((0, self.backlog),)
 
 
-def admin_create_topic(bootstrap: str) -> Callable[[str, int], None]:
-    """Topic creation on a real cluster (the embedded one has its own: no CreateTopics)."""
-
-    def create(topic: str, partitions: int = 1) -> None:
-        from confluent_kafka.admin import AdminClient
-        from confluent_kafka.cimpl import NewTopic
-
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        new = NewTopic(topic, num_partitions=partitions, replication_factor=-1)
-        admin.create_topics([new])[topic].result(30)
-
-    return create
-
-
 def _prepare(
     bootstrap: str, topic: str, group: str, backlog: int, create: Callable[[str, int], None]
 ) -> None:
@@ -216,7 +201,7 @@ def run_one(
     members: int,
     backlog: int,
     work_us: float,
-    rate: int,
+    rate: float,
     chunk: int,
     timeout_s: float,
     workdir: Path,
@@ -225,33 +210,17 @@ def run_one(
     tag = uuid.uuid4().hex[:8]
     topic, group = f"gbench-{tag}", f"gbench-{tag}"
     _prepare(bootstrap, topic, group, backlog, create)
-    stop_fresh = threading.Event()
-
-    def fresh() -> None:  # the producer handle is this thread's own
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-        every = 1.0 / rate
-        while not stop_fresh.wait(every):
-            p.produce(topic, value=f"{time.time():.6f}".encode(), partition=0)
-            p.poll(0)
-        p.flush(10)
-
     paths = [workdir / f"{tag}-{i}.out" for i in range(members)]
     files = _Files(paths, backlog)
-    feeder = threading.Thread(target=fresh, name="gbench-fresh", daemon=True)
-    feeder.start()
+    fresh = FreshProducer(bootstrap, [(topic, 0)], rate)
+    fresh.start()
     began = time.time()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "fastrebalance.tools.groupbench", "member",
-             "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--kind", kind,
-             "--backlog", str(backlog), "--work-us", str(work_us), "--chunk", str(chunk),
-             "--out", str(path)],
-            stdout=subprocess.DEVNULL,
-        )
-        for path in paths
-    ]  # fmt: skip
+    spec = {"kind": "member", "consumer": kind, "bootstrap": bootstrap, "topic": topic,
+            "group": group, "backlog": backlog, "work_us": work_us, "chunk": chunk}  # fmt: skip
+    workers: list[Worker] = []
     drained = False
     try:
+        workers += [Worker(_WORKER_MODULE, {**spec, "out": str(path)}) for path in paths]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             time.sleep(0.2)
@@ -262,15 +231,13 @@ def run_one(
         time.sleep(1.0)  # fresh records after the drain count too
         files.refresh()
     finally:
-        stop_fresh.set()
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        feeder.join(15)
+        fresh.stop()
+        for w in workers:
+            w.send("finish")
+        for w in workers:
+            with contextlib.suppress(RuntimeError):
+                w.wait_for("result", 30.0)
+            w.close()
     # fresh records produced once the group reads (before, the group's join held them:
     # the same for every kind, and part of the backlog plan)
     fresh_ms = sorted(lat for at, lat in files.fresh if files.first and at >= files.first)
@@ -294,32 +261,21 @@ def run_group_bench(
     work_us: float = 50.0,
     member_counts: Sequence[int] = (1, 2, 3),
     kinds: Sequence[str] = KINDS,
-    rate: int = 200,
+    rate: float = 200,
     chunk: int = 10_000,
     timeout_s: float = 300.0,
     out: Callable[[str], None] = print,
-    create: Callable[[str, int], None] | None = None,
+    *,
+    create: Callable[[str, int], None],
 ) -> list[GroupRun]:
-    create = create or admin_create_topic(bootstrap)
+    """Every (members, kind) run; ``create`` makes a topic (the cluster's own)."""
     runs = []
-    keep = os.environ.get("GROUPBENCH_DIR")
     with tempfile.TemporaryDirectory(prefix="gbench-") as tmp:
-        if keep:
-            tmp = keep
+        workdir = Path(os.environ.get("GROUPBENCH_DIR") or tmp)
         for members in member_counts:
             for kind in kinds:
-                r = run_one(
-                    bootstrap,
-                    kind,
-                    members,
-                    backlog,
-                    work_us,
-                    rate,
-                    chunk,
-                    timeout_s,
-                    Path(tmp),
-                    create,
-                )
+                r = run_one(bootstrap, kind, members, backlog, work_us, rate, chunk, timeout_s,
+                            workdir, create)  # fmt: skip
                 out(
                     f"{kind} x{members}: drain {r.drain_s}s (start {r.start_s}s), fresh "
                     f"p50 {r.fresh_p50_ms} ms p99 {r.fresh_p99_ms} ms, shares {r.shares}"
@@ -357,82 +313,61 @@ def format_table(runs: list[GroupRun], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("member")
-    for name in ("--bootstrap", "--topic", "--group", "--out"):
-        m.add_argument(name, required=True)
-    m.add_argument("--kind", choices=KINDS, required=True)
-    m.add_argument("--backlog", type=int, required=True)
-    m.add_argument("--work-us", type=float, default=50.0)
-    m.add_argument("--chunk", type=int, default=10_000)
-    r = sub.add_parser("run")
-    r.add_argument("--bootstrap-servers", default=None)
-    r.add_argument("--backlog", type=int, default=300_000)
-    r.add_argument("--work-us", type=float, default=50.0)
-    r.add_argument("--members", default="1,2,3")
-    r.add_argument("--kinds", default=",".join(KINDS))
-    r.add_argument("--rate", type=int, default=200)
-    r.add_argument("--chunk", type=int, default=10_000)
-    r.add_argument("--timeout", type=float, default=300.0)
-    r.add_argument("--markdown", default=None)
-    r.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    if args.cmd == "member":
-        return _member(args)
-    return run_from_args(args)
+# ------------------------------------------------------------------ the command
+def add_command(commands: a.Commands) -> None:
+    """``python -m fastrebalance.tools.groupbench run``: the options ``fastrebalance bench
+    --scenario group`` leaves at the defaults of the issue's proof."""
+    p = a.command(commands, "run", "group-wide catch-up", [
+        "One partition's backlog drained by 1, 2 and 3 member processes, three ways: plain "
+        "confluent-kafka, per-member catch-up, group-wide catch-up (docs/benchmarks.md)."
+    ])  # fmt: skip
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one")
+    a.option(p, "--backlog", 300_000, a.number(int, 1), "N", "backlog records (default: {})")
+    a.option(p, "--work-us", 50.0, a.number(float, 0), "W",
+             "waiting work per record, microseconds (default: {})")
+    a.option(p, "--members", (1, 2, 3), a.number_list(int, 1), "N,...",
+             "member processes, one run each (default: {})")
+    a.option(p, "--kinds", KINDS, a.name_list(KINDS), "LIST", "kinds to run (default: {})")
+    a.rate(p, 200, "fresh records per second (default: {})")
+    a.option(p, "--chunk", 10_000, a.number(int, 1), "N",
+             "parallel.rebalance.group.chunk.records (default: {})")
+    a.timeout(p, 300.0, "give up on a drain after this long (default: {})")
+    a.report_files(p)
+    p.set_defaults(func=run_from_args)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """The ``run`` command, and ``fastrebalance bench --scenario group`` (which passes its
     own namespace: what it lacks takes the defaults of the issue's proof)."""
-    bootstrap = getattr(args, "bootstrap_servers", None)
-    cluster = None
-    if not bootstrap:
-        from fastrebalance.testing import EmbeddedKafka
-
-        cluster = EmbeddedKafka()
-        bootstrap = cluster.bootstrap_servers
     backlog = getattr(args, "backlog", 300_000)
     work_us = getattr(args, "work_us", 50.0)
     if not isinstance(work_us, float | int):
         work_us = 50.0
-    members = [int(x) for x in str(getattr(args, "members", "1,2,3")).split(",")]
-    kinds = [k for k in str(getattr(args, "kinds", ",".join(KINDS))).split(",") if k]
-    rate, chunk = int(getattr(args, "rate", 200)), getattr(args, "chunk", 10_000)
-    command = (
-        f"python -m fastrebalance.tools.groupbench run --backlog {backlog} --work-us {work_us:g}"
-        f" --members {','.join(map(str, members))} --kinds {','.join(kinds)} --rate {rate}"
-        f" --chunk {chunk}" + (f" --bootstrap-servers {bootstrap}" if cluster is None else "")
-    )
-    print(f"fastrebalance group bench: {command}", flush=True)
-    try:
-        runs = run_group_bench(
-            bootstrap,
-            backlog=backlog,
-            work_us=float(work_us),
-            member_counts=members,
-            kinds=kinds,
-            rate=rate,
-            chunk=chunk,
-            timeout_s=getattr(args, "timeout", 300.0) or 300.0,
-            out=lambda line: print(line, flush=True),
-            create=cluster.create_topic if cluster is not None else None,
+    members = list(getattr(args, "members", (1, 2, 3)))
+    kinds = list(getattr(args, "kinds", KINDS))
+    rate, chunk = int(args.rate), getattr(args, "chunk", 10_000)
+    with Session("gbench", args.bootstrap_servers) as session:
+        command = (
+            f"python -m fastrebalance.tools.groupbench run --backlog {backlog} --work-us"
+            f" {work_us:g} --members {a.word(members)} --kinds {a.word(kinds)} --rate {rate}"
+            f" --chunk {chunk}"
+            + (f" --bootstrap-servers {session.bootstrap}" if args.bootstrap_servers else "")
         )
-    finally:
-        if cluster is not None:
-            cluster.close()
-    table = format_table(runs, command)
-    print()
-    print(table, flush=True)
-    if getattr(args, "markdown", None):
-        Path(args.markdown).write_text(table)
-    if getattr(args, "json", None):
-        Path(args.json).write_text(json.dumps([r.as_dict() for r in runs], indent=1))
-    return 0 if all(r.drain_s is not None for r in runs) else 1
+        print(f"fastrebalance group bench: {command}", flush=True)
+        runs = run_group_bench(
+            session.bootstrap, backlog=backlog, work_us=float(work_us), member_counts=members,
+            kinds=kinds, rate=rate, chunk=chunk, timeout_s=getattr(args, "timeout", 300.0),
+            out=lambda line: print(line, flush=True), create=session.cluster.create_topic,
+        )  # fmt: skip
+    a.write_report(args, format_table(runs, command), runs)
+    return a.EXIT_OK if all(r.drain_s is not None for r in runs) else a.EXIT_CHECK_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fastrebalance.tools.groupbench")
+    add_command(parser.add_subparsers(dest="command", required=True))
+    return a.run(parser, argv)
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    raise SystemExit(main())
+    sys.exit(worker_main({"member": _worker_member}) if sys.argv[1:] == ["--worker"] else main())

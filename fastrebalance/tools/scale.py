@@ -80,6 +80,7 @@ from ._runner import (
     memory_kib,
     quiet,
     ratio,
+    revive,
     run_worker,
     table,
     worker_main,
@@ -95,7 +96,6 @@ __all__ = [
     "add_command",
     "format_markdown",
     "per_partition_requests",
-    "result_json",
     "run_scale",
 ]
 
@@ -617,9 +617,7 @@ def _run_cell(
             w.send("finish")
         results = []
         for w in workers:
-            got = w.wait_for("result", 120.0)["result"]
-            got["plans"] = tuple(tuple(p) for p in got["plans"])
-            results.append(MemberResult(**got))
+            results.append(revive(MemberResult, w.wait_for("result", 120.0)["result"]))
         return wall, tuple(results)
     finally:
         for w in workers:
@@ -653,17 +651,8 @@ def run_scale(
     cluster: Any = None,
     out: Out | None = print,
 ) -> ScaleResult:
-    """Run every cell and return the measurements.
-
-    Args:
-        settings: what to run; ``ScaleSettings()`` when None.
-        cluster: a running ``KafkaCluster`` (tests pass theirs); when None,
-            ``settings.bootstrap_servers`` names one, or an embedded one is started.
-        out: receives a progress line per run; None prints nothing.
-
-    Raises:
-        RuntimeError, KafkaException: the cluster or a worker failed.
-    """
+    """Run every cell and return the measurements (arguments and errors: as
+    ``bench.run_bench``'s, with ``ScaleSettings``)."""
     s = settings or ScaleSettings()
     emit = out or quiet
     cells: list[CellResult] = []
@@ -1010,61 +999,16 @@ def format_markdown(result: ScaleResult, command: str | None = None) -> str:
         "",
     ]
     lines += _restart_table(result)
-    lines += [
-        "",
-        "Times from each member's `subscribe()`, the slowest member of the group (one"
-        " process per member, all told to subscribe at once). *assigned*: the first"
-        " `consume()` that served an assignment returned (fastrebalance: its plan"
-        " included); *settled*: the last assignment change returned; *first fresh*: the"
-        " first record produced after `subscribe()` delivered. *plan*: the slowest plan"
-        " inside a rebalance callback (`last_plan`) and its partitions; *round trips*: its"
-        " share spent reading both commit logs and the watermarks. *commit()*: the"
-        " member's synchronous bare commit once its backlog was delivered. Ratios:"
-        " fastrebalance ÷ plain, same cell.",
-        "",
-        "### A range token on every partition: one synchronous commit",
-        "",
-    ]
+    lines += ["", "### A range token on every partition: one synchronous commit", ""]
     lines += _token_table(result)
-    lines += [
-        "",
-        "Before each fastrebalance restart an `assign()`-only fastrebalance consumer planned"
-        " every partition (*plan of assign()*, each gains a range) and stored its start"
-        " offsets with `commit(offsets=..., asynchronous=False)`: the safe offset and a"
-        " range token on every partition, in one OffsetCommit request. *tokens stored*:"
-        " partitions whose metadata, read back by a plain consumer, decodes as a token."
-        " *sent to the coordinator*: bytes librdkafka sent to the group coordinator"
-        " across the commit (its statistics), i.e. the request. Plain: its members' bare"
-        " synchronous commit, offsets only.",
-        "",
-        "### Memory per assigned, idle partition (one member)",
-        "",
-    ]
+    lines += ["", "### Memory per assigned, idle partition (one member)", ""]
     lines += _memory_table(result)
-    lines += [
-        "",
-        f"RSS: `VmRSS` once the backlog is delivered and the member idles (~1 s of trickle),"
-        " in runs without librdkafka statistics (their documents describe every partition),"
-        f" {s.partitions:,} partitions against {s.few} on one topic, divided by the"
-        " difference; librdkafka's own per-partition state (two clients for"
-        " fastrebalance: the child keeps its own state for every partition it read) is in"
-        " it, and so is heap freed but not given back (fetch buffers, the plan's temporary"
-        " objects): *after malloc_trim* is the same once glibc returned that."
-        " *traced*: `tracemalloc` in separate runs (it slows everything), Python memory"
-        " alive once idle that was allocated with a library frame on the stack"
-        " (fastrebalance's ledgers, histories, epochs, tokens, metrics snapshot), or"
-        " anywhere in the process after the consumer was built.",
-        "",
-        "### Broker requests (librdkafka statistics)",
-        "",
-    ]
+    lines += ["", "### Broker requests (librdkafka statistics)", ""]
     lines += _request_table(result)
     lines += [
         "",
-        "Summed over the members, whole run (join, plans, catch-up, commits, idle); the"
-        " child's as of its last statistics document. *per-partition types*: request types"
-        " other than Fetch/Heartbeat (periodic: one Fetch carries every partition of a"
-        " broker) sent at least once per two partitions a member holds.",
+        "Every column: docs/benchmarks.md, Scale (what each time, byte count and memory"
+        " figure is, and how it is measured).",
         "",
         "### Targets",
         "",
@@ -1078,9 +1022,6 @@ def format_markdown(result: ScaleResult, command: str | None = None) -> str:
         lines.append(f"Note: {note}")
     return "\n".join(lines).rstrip() + "\n"
 
-
-def result_json(result: ScaleResult) -> str:
-    return json.dumps(dataclasses.asdict(result), indent=1, default=str)
 
 
 # ------------------------------------------------------------------ the command
@@ -1154,7 +1095,7 @@ def _command(args: argparse.Namespace) -> int:
     command = " ".join(["fastrebalance bench-scale", *a.spelled(args, options)])
     print(f"fastrebalance bench-scale: {command}\n", flush=True)
     result = run_scale(settings, out=lambda line: print(line, flush=True))
-    a.write_report(args, format_markdown(result, command), lambda: result_json(result))
+    a.write_report(args, format_markdown(result, command), result)
     requests_ok = targets(result)["no per-partition broker requests"][0] is not False
     tokens_ok = all(c.seed.tokens == c.partitions for c in result.cells if c.seed is not None)
     return a.EXIT_OK if requests_ok and tokens_ok else a.EXIT_CHECK_FAILED

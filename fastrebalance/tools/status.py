@@ -412,28 +412,13 @@ class ProgressTracker:
 
 
 # ------------------------------------------------------------------ reading
-def read_status(
-    bootstrap_servers: str,
-    group: str,
-    *,
-    topics: Sequence[str] | None = None,
-    catchup_group: str | None = None,
-    timeout: float = 10.0,
-    config: Mapping[str, Any] | None = None,
-) -> GroupStatus:
+def read_status(bootstrap_servers: str, group: str, **options: Any) -> GroupStatus:
     """Read both commit logs and the watermarks of ``group`` once.
 
-    Args and Raises: as ``StatusReader`` and ``StatusReader.read()``.
+    Args (``options``: topics, catchup_group, timeout, config) and Raises: as
+    ``StatusReader`` and ``StatusReader.read()``.
     """
-    reader = StatusReader(
-        bootstrap_servers,
-        group,
-        topics=topics,
-        catchup_group=catchup_group,
-        timeout=timeout,
-        config=config,
-    )
-    return reader.read()
+    return StatusReader(bootstrap_servers, group, **options).read()
 
 
 class StatusReader:
