@@ -412,13 +412,24 @@ class ProgressTracker:
 
 
 # ------------------------------------------------------------------ reading
-def read_status(bootstrap_servers: str, group: str, **options: Any) -> GroupStatus:
+def read_status(
+    bootstrap_servers: str,
+    group: str,
+    *,
+    topics: Sequence[str] | None = None,
+    catchup_group: str | None = None,
+    timeout: float = 10.0,
+    config: Mapping[str, Any] | None = None,
+) -> GroupStatus:
     """Read both commit logs and the watermarks of ``group`` once.
 
-    Args (``options``: topics, catchup_group, timeout, config) and Raises: as
-    ``StatusReader`` and ``StatusReader.read()``.
+    Args and Raises: as ``StatusReader`` and ``StatusReader.read()``. The keywords are
+    spelled out (not ``**options``) so that a type checker sees a misspelt one.
     """
-    return StatusReader(bootstrap_servers, group, **options).read()
+    return StatusReader(
+        bootstrap_servers, group, topics=topics, catchup_group=catchup_group,
+        timeout=timeout, config=config,
+    ).read()  # fmt: skip
 
 
 class StatusReader:
