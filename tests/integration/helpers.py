@@ -113,3 +113,20 @@ def swap_primary(consumer: Any, handle: Any) -> None:
     ):
         part._primary = handle
     consumer._delivery._primary_poll = handle.poll
+
+
+def recreate_topic(cluster: Any, topic: str, partitions: int, timeout: float = 60.0) -> None:
+    """Delete ``topic`` and create it again, empty: Kafka refuses the creation while the
+    deletion is still under way, so it is retried until ``timeout``."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cluster.create_topic(topic, partitions)
+            return
+        except RuntimeError:
+            assert time.monotonic() < deadline, "the topic could not be created again"
+            time.sleep(1)

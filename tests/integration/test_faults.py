@@ -41,6 +41,7 @@ from .helpers import (
     group_metadata,
     group_offsets,
     produce,
+    recreate_topic,
     swap_primary,
     timed,
 )
@@ -792,13 +793,10 @@ def test_topic_recreated_under_a_live_consumer_skips_nothing(
     seek): the new log is unprocessed from its start, nothing of it is skipped."""
     if getattr(kafka_cluster, "kind", None) == "embedded":
         pytest.skip("the mock cluster cannot delete topics")
-    from confluent_kafka.admin import AdminClient
-
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 400)
     plain_commit(bs, unique_group, topic, 50, None)
     conf = {"topic.metadata.propagation.max.ms": 1000, "topic.metadata.refresh.interval.ms": 2000}
-    admin = AdminClient({"bootstrap.servers": bs})  # kept: a dropped client fails its futures
 
     def take(c: Consumer, idle: float = 8.0) -> list[int]:
         got, last = [], time.monotonic()
@@ -815,15 +813,7 @@ def test_topic_recreated_under_a_live_consumer_skips_nothing(
     try:
         c.subscribe([topic])
         drain(c, lambda ms: len(ms) >= 20, timeout=60)
-        admin.delete_topics([topic])[topic].result(30)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                kafka_cluster.create_topic(topic, 1)
-                break
-            except RuntimeError:
-                assert time.monotonic() < deadline, "the topic could not be created again"
-                time.sleep(1)
+        recreate_topic(kafka_cluster, topic, 1)
         produce(bs, topic, 100)
         take(c)
     finally:

@@ -35,6 +35,8 @@ from pyspark.sql import functions as F
 
 from fastrebalance.spark import register
 
+from .helpers import recreate_topic
+
 pytestmark = pytest.mark.integration
 
 
@@ -154,6 +156,19 @@ def reader(spark: SparkSession, bootstrap: str, topic: str, **options: Any) -> D
     for key, value in options.items():
         r = r.option(key.replace("_", "."), str(value))
     return r.load()
+
+
+def run_once(df: DataFrame, recorder: Recorder, checkpoint: Path) -> Any:
+    """One Trigger.Once run into ``recorder``; its error, if any, is ``q.exception()``."""
+    q = (
+        df.writeStream.foreachBatch(recorder)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(once=True)
+        .start()
+    )
+    with contextlib.suppress(Exception):
+        q.awaitTermination(120)
+    return q
 
 
 def assert_each_offset_once(recorder: Recorder, highs: dict[int, int]) -> None:
@@ -717,16 +732,7 @@ def test_a_replayed_batch_whose_records_were_deleted_fails_the_query(
     checkpoint, recorder = tmp_path / "ck", Recorder()
 
     def run(**options: Any) -> Any:
-        q = (
-            reader(spark, bs, topic, **options)
-            .writeStream.foreachBatch(recorder)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(once=True)
-            .start()
-        )
-        with contextlib.suppress(Exception):  # its error is checked through q.exception()
-            q.awaitTermination(120)
-        return q
+        return run_once(reader(spark, bs, topic, **options), recorder, checkpoint)
 
     produce(bs, topic, 2, 200, "old")
     assert run().exception() is None
@@ -764,29 +770,11 @@ def test_a_topic_recreated_while_the_query_is_down(spark, kafka_cluster, topic_f
     checkpoint, recorder = tmp_path / "ck", Recorder()
 
     def run(**options: Any) -> Any:
-        q = (
-            reader(spark, bs, topic, **options)
-            .writeStream.foreachBatch(recorder)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(once=True)
-            .start()
-        )
-        with contextlib.suppress(Exception):  # its error is checked through q.exception()
-            q.awaitTermination(120)
-        return q
+        return run_once(reader(spark, bs, topic, **options), recorder, checkpoint)
 
     produce(bs, topic, 2, 500, "old")
     assert run().exception() is None and recorder.count("old") == 500
-    admin = AdminClient({"bootstrap.servers": bs})  # kept: a dropped client fails its futures
-    admin.delete_topics([topic])[topic].result(30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            kafka_cluster.create_topic(topic, 2)
-            break
-        except RuntimeError:
-            assert time.monotonic() < deadline, "the topic could not be created again"
-            time.sleep(1)
+    recreate_topic(kafka_cluster, topic, 2)
     produce(bs, topic, 2, 100, "new")
     failed = run()
     assert failed.exception() is not None, "a recreated topic must fail the query by default"
