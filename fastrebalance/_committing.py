@@ -488,7 +488,12 @@ class Committer:
                     "transactions",
                 )
             )
-        args = (timeout if timeout is not None else self._commit_timeout_s,)
+        # One deadline for the whole call (claims, then up to two producer round trips):
+        # each producer call given the caller's full timeout made the call take twice it
+        # on a broker hung during both (16 s for timeout=10, benchmarks/send_offsets_bound).
+        # A negative timeout is librdkafka's "infinite", kept as such.
+        seconds = timeout if timeout is not None else self._commit_timeout_s
+        budget = Budget(seconds) if seconds >= 0 else None
         txn = self._txns.get(id(producer))
         if txn is None:
             txn = OpenTransaction(producer)
@@ -545,11 +550,15 @@ class Committer:
         # stale), and the application aborts before anything else is sent.
         if group_offsets:
             producer.send_offsets_to_transaction(
-                group_offsets, self._primary.consumer_group_metadata(), *args
+                group_offsets,
+                self._primary.consumer_group_metadata(),
+                _txn_call_timeout(budget, seconds, "the user's group"),
             )
         if child_offsets:
             producer.send_offsets_to_transaction(
-                list(child_offsets.values()), self._child.group_metadata(), *args
+                list(child_offsets.values()),
+                self._child.group_metadata(),
+                _txn_call_timeout(budget, seconds, "the catch-up group"),
             )
         for key, ledger, change in staged:
             txn.stage(key, ledger, change)
@@ -655,3 +664,27 @@ def plain_abort(primary: _RdConsumer, producer: Any, timeout: float | None) -> N
         if t.offset < 0:
             t.offset = OFFSET_BEGINNING
         primary.seek(t)
+
+
+def _txn_call_timeout(budget: Budget | None, seconds: float, group: str) -> float:
+    """What is left of the caller's timeout for one producer round trip.
+
+    Raises:
+        KafkaException: ``_TIMED_OUT`` (retriable, as librdkafka's own timeout of this
+            call) when nothing is left: the producer is not called, so nothing more joins
+            the transaction; the offsets already sent may be in it, and nothing is claimed
+            in the consumer: the application aborts (or calls again).
+    """
+    if budget is None:
+        return seconds
+    left = budget.remaining()
+    if left <= 0.001:
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TIMED_OUT,
+                f"send_offsets_to_transaction() did not complete within {seconds:g}s: "
+                f"no time was left to send the offsets of {group} (abort the transaction)",
+                retriable=True,
+            )
+        )
+    return left

@@ -374,6 +374,11 @@ class Consumer:
         this consumer until :meth:`commit_transaction`. Several producers may have a
         transaction open at once, each on its own partitions.
 
+        ``timeout`` bounds the whole call, both producer round trips together (each
+        given the full timeout, a broker hung through both made the call take twice
+        it); a request librdkafka has in flight still keeps the producer's
+        socket.timeout.ms.
+
         Raises:
             KafkaException: what the producer raised (abort the transaction then);
                 ``_STATE`` for a partition not assigned to this member (its records

@@ -11,6 +11,7 @@ The bounds (docs/design.md, "Time bounds"), with S = socket.timeout.ms:
 | assign(), incremental_assign() | PLAN_BUDGET_S |
 | unassign(), store_offsets(), seek(), pause(), resume(), position() | immediate |
 | close() | 2 S (+ REVOKE_WAIT_S for a subscribed member) |
+| send_offsets_to_transaction(timeout) | timeout, both round trips (+ producer socket.timeout.ms) |
 
 The broker, one of these tests' own (``open_own_cluster``), is SIGSTOPped (``pause()``):
 connections stay open and nothing is answered, the worst kind of outage for a client. Bounds
@@ -368,3 +369,77 @@ def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: OwnCluster):
         assert outcome is None and elapsed < bound + SLACK, (elapsed, outcome)
     finally:
         cluster.resume()
+
+
+class _HangsOnSecondCall:
+    """A transactional producer whose broker hangs as the second send_offsets_to_transaction
+    of one call starts (the catch-up group's): a fault at that precise point, every run.
+    The timeouts the consumer passed are kept."""
+
+    def __init__(self, producer: Any, cluster: OwnCluster) -> None:
+        self._producer, self._cluster = producer, cluster
+        self.timeouts: list[float] = []
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self.timeouts.append(timeout)
+        if len(self.timeouts) == 2:
+            self._cluster.pause()
+        self._producer.send_offsets_to_transaction(offsets, metadata, timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+def test_send_offsets_to_transaction_shares_one_deadline(cluster: OwnCluster, unique_group: str):
+    """Repro eosbound: send_offsets_to_transaction(timeout=T) writes both commit logs, one
+    producer round trip each, and gave each the full T: on a broker hung through both the
+    call took up to twice T and more (16 s for T=10 on Apache Kafka 3.9,
+    benchmarks/send_offsets_bound.py). One deadline now: the broker hangs for most of T
+    during the first round trip, then again as the second starts; the call ends within T
+    plus what librdkafka's own call overruns (an in-flight request keeps the producer's
+    socket.timeout.ms), raises, claims nothing, and the transaction aborts: its records
+    come again."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    T, S_P, FIRST_HANG = 10.0, 2.0, 7.0
+    c, topic, got = _catching_up(
+        cluster, unique_group,
+        **{"parallel.rebalance.transactional": True, "isolation.level": "read_committed"},
+    )  # fmt: skip
+    assert any(m.offset() < 3000 for m in got), "the test needs backlog records in hand"
+    producer = Producer({
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "transactional.id": f"bounds-{unique_group}",
+        "transaction.timeout.ms": 60_000,  # librdkafka caps T with it; the broker's abort too
+        "socket.timeout.ms": int(S_P * 1000),
+    })  # fmt: skip
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    proxy = _HangsOnSecondCall(producer, cluster)
+    cluster.pause()
+    resumed = threading.Timer(FIRST_HANG, cluster.resume)
+    resumed.start()
+    try:
+        elapsed, outcome = timed(lambda: c.send_offsets_to_transaction(proxy, got, timeout=T))
+    finally:
+        cluster.resume()
+        resumed.cancel()
+        resumed.join()
+    print(f"\nsend_offsets_to_transaction(timeout={T:g}) on a broker hung twice: {elapsed:.2f}s "
+          f"(bound {T + S_P:g}s), producer timeouts {[round(t, 2) for t in proxy.timeouts]}, "
+          f"{type(outcome).__name__}")
+    try:
+        assert len(proxy.timeouts) == 2, "the test needs both round trips made"
+        assert proxy.timeouts[1] <= T - FIRST_HANG + 0.5, proxy.timeouts  # what was left
+        assert elapsed < T + S_P + SLACK, (elapsed, outcome)
+        # the second round trip could not finish on the hung broker: nothing claimed
+        assert isinstance(outcome, KafkaException), outcome
+        assert not c._committer.in_open_txn((topic, 0))
+        c.abort_transaction(producer, 30)
+        again = drain(c, lambda ms: {m.offset() for m in ms} >= {m.offset() for m in got},
+                      timeout=60)  # fmt: skip
+        assert again
+    finally:
+        c.close()
