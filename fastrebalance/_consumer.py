@@ -374,10 +374,11 @@ class Consumer:
         this consumer until :meth:`commit_transaction`. Several producers may have a
         transaction open at once, each on its own partitions.
 
-        ``timeout`` bounds the whole call, both producer round trips together (each
-        given the full timeout, a broker hung through both made the call take twice
-        it); a request librdkafka has in flight still keeps the producer's
-        socket.timeout.ms.
+        ``timeout`` is shared by both producer round trips (each given the full timeout,
+        a broker hung through both made the call take twice it). It does not bound
+        librdkafka's own wait for a reply: a request in flight keeps the producer's
+        socket.timeout.ms, and during broker restarts the call was seen blocked for
+        minutes (docs/design.md, "Time bounds").
 
         Raises:
             KafkaException: what the producer raised (abort the transaction then);
