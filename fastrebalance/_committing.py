@@ -495,6 +495,10 @@ class Committer:
         # A negative timeout is librdkafka's "infinite", kept as such.
         seconds = timeout if timeout is not None else self._commit_timeout_s
         budget = Budget(seconds) if seconds >= 0 else None
+
+        def left_for(what: str) -> float:
+            return seconds if budget is None else budget.request_timeout(seconds, what)
+
         txn = self._txns.get(id(producer))
         if txn is None:
             txn = OpenTransaction(producer)
@@ -553,13 +557,13 @@ class Committer:
             producer.send_offsets_to_transaction(
                 group_offsets,
                 self._primary.consumer_group_metadata(),
-                _txn_call_timeout(budget, seconds, "the user's group"),
+                left_for("the user's group's offsets"),
             )
         if child_offsets:
             producer.send_offsets_to_transaction(
                 list(child_offsets.values()),
                 self._child.group_metadata(),
-                _txn_call_timeout(budget, seconds, "the catch-up group"),
+                left_for("the catch-up group's offsets"),
             )
         for key, ledger, change in staged:
             txn.stage(key, ledger, change)
@@ -665,27 +669,3 @@ def plain_abort(primary: _RdConsumer, producer: Any, timeout: float | None) -> N
         if t.offset < 0:
             t.offset = OFFSET_BEGINNING
         primary.seek(t)
-
-
-def _txn_call_timeout(budget: Budget | None, seconds: float, group: str) -> float:
-    """What is left of the caller's timeout for one producer round trip.
-
-    Raises:
-        KafkaException: ``_TIMED_OUT`` (retriable, as librdkafka's own timeout of this
-            call) when nothing is left: the producer is not called, so nothing more joins
-            the transaction; the offsets already sent may be in it, and nothing is claimed
-            in the consumer: the application aborts (or calls again).
-    """
-    if budget is None:
-        return seconds
-    left = budget.remaining()
-    if left <= 0.001:
-        raise KafkaException(
-            KafkaError(
-                KafkaError._TIMED_OUT,
-                f"send_offsets_to_transaction() did not complete within {seconds:g}s: "
-                f"no time was left to send the offsets of {group} (abort the transaction)",
-                retriable=True,
-            )
-        )
-    return left

@@ -63,17 +63,19 @@ class Budget:
     def remaining(self) -> float:
         return max(self._end - time.monotonic(), 0.0)
 
-    def request_timeout(self, longest: float) -> float:
+    def request_timeout(self, longest: float, what: str = "") -> float:
         """A timeout for the next round trip: at most ``longest`` and what is left.
 
         Raises:
-            KafkaException: ``_TIMED_OUT`` when nothing is left. Failing here, before the
-                round trip, is what keeps the caller's own timeout: a floor under the
-                request's timeout would overrun it on every hung broker.
+            KafkaException: ``_TIMED_OUT`` (retriable, as librdkafka's own timeouts) when
+                nothing is left; ``what`` names the round trip that was not made. Failing
+                here, before the round trip, is what keeps the caller's own timeout: a floor
+                under the request's timeout would overrun it on every hung broker.
         """
         left = self.remaining()
         if left <= 0.001:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out"))
+            message = f"timed out: no time was left for {what}" if what else "timed out"
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, message, retriable=True))
         return min(longest, left)
 
 
