@@ -94,6 +94,12 @@ MAX_HELD = 8
 
 #: Calls of the transactional producer tried again on a retriable error before giving up
 ATTEMPTS = 5
+#: The transactional producers' transaction.timeout.ms.
+TRANSACTION_TIMEOUT_MS = 10000
+#: How long init_transactions() is retried: the previous producer's open transaction may
+#: take transaction.timeout.ms to be aborted, and the broker may be restarting meanwhile
+#: (an attempt count was not enough: five CONCURRENT_TRANSACTIONS answers came in seconds).
+INIT_BUDGET_S = 3 * TRANSACTION_TIMEOUT_MS / 1000 + 30
 
 _emit_lock = threading.Lock()
 
@@ -802,34 +808,35 @@ class EOSWorker(Worker):
 
     def _new_producer(self) -> Producer:
         """A transactional producer, initialised as an application must: an error of
-        ``init_transactions()`` while the broker restarts (NOT_COORDINATOR, a timeout) is
-        retried, on the same producer if librdkafka calls it retriable, on a new one if
-        not; after ATTEMPTS the worker dies for the harness to see. The producer, like the
-        consumer, is owned by this (the main) thread."""
+        ``init_transactions()`` while the broker restarts (NOT_COORDINATOR, a timeout) or
+        still ends the previous producer's transaction (CONCURRENT_TRANSACTIONS, for up to
+        transaction.timeout.ms) is retried for INIT_BUDGET_S, on the same producer if
+        librdkafka calls it retriable, on a new one if not; then the worker dies for the
+        harness to see. The producer, like the consumer, is owned by this (the main) thread."""
         config = {
             "bootstrap.servers": self.args.bootstrap,
             "transactional.id": self.args.transactional_id,
             # a transaction of a worker killed for good blocks read_committed readers of
             # its partitions until it times out
-            "transaction.timeout.ms": 10000,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 5,
             # librdkafka: at most transaction.timeout.ms + 100
-            "socket.timeout.ms": min(self.args.socket_timeout_ms, 10000),
+            "socket.timeout.ms": min(self.args.socket_timeout_ms, TRANSACTION_TIMEOUT_MS),
         }
         producer = Producer(config)
-        for attempt in range(ATTEMPTS):
+        deadline = time.monotonic() + INIT_BUDGET_S
+        while True:
             try:
                 with self.phase("init_transactions()", self.bounds["commit"]):
                     producer.init_transactions(self.bounds["commit"])
                 return producer
             except KafkaException as exc:
-                if attempt == ATTEMPTS - 1:
+                if time.monotonic() >= deadline:
                     raise
                 _emit("retry", call="init_transactions", error=str(exc))
                 if not exc.args[0].retriable():
                     time.sleep(0.5)
                     producer = Producer(config)
-        raise AssertionError("unreachable")
 
     def extra_config(self) -> dict[str, Any]:
         return {"parallel.rebalance.transactional": True, "isolation.level": "read_committed"}
