@@ -106,11 +106,12 @@ class _Live(PacedProducer):
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` every 20 ms (it reads counters only); TimeoutError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not condition():
+        time.sleep(0.02)
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _query(spark: Any, options: dict[str, str], sink: Callable[[Any, int], None],
