@@ -1,11 +1,6 @@
-"""The restart measured alike by ``fastrebalance demo`` and ``fastrebalance bench``.
-
-Both tell the same story: a group's committed offsets lag the log end by a backlog,
-a producer keeps writing fresh timestamped records (``testing._workload``), and a
-consumer restarts. The demo shows one plain and one fastrebalance restart; the benchmark
-repeats them over backlog sizes and work per record. Sharing the measuring loop keeps
-the two from drifting apart: a number printed by the demo means what the same number
-means in docs/benchmarks.md.
+"""The restart measured alike by ``fastrebalance demo`` and ``fastrebalance bench``: one
+measuring loop, so that a number the demo prints means what the same number means in
+docs/benchmarks.md.
 
 Thread ownership: the measured consumer and the probe belong to the thread that calls
 ``measure_restart()``.
@@ -19,21 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import TopicPartition
 
 from ..testing._workload import produce_time, watermarks
-
-__all__ = [
-    "BATCH",
-    "CONSUME_TIMEOUT_S",
-    "FETCH_WAIT_MS",
-    "SESSION_TIMEOUT_MS",
-    "RunResult",
-    "busy",
-    "format_duration",
-    "measure_restart",
-    "percentile",
-]
 
 #: Records asked per consume() call: every measured consumer uses the same loop and batch.
 BATCH = 500
@@ -48,7 +30,6 @@ SESSION_TIMEOUT_MS = 6000
 FETCH_WAIT_MS = 10
 
 
-# ----------------------------------------------------------------- records
 def busy(seconds: float) -> None:
     """Burn CPU like per-record processing would; sleeping would free the GIL and
     flatter whichever consumer does more of its work in librdkafka's threads."""
@@ -69,75 +50,39 @@ def format_duration(seconds: float | None) -> str:
     """A measured time as the demo and the benchmark print it ("-": never happened)."""
     if seconds is None:
         return "-"
-    if seconds < 1.0:
-        return f"{seconds * 1000:.1f} ms"
-    return f"{seconds:.2f} s"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1.0 else f"{seconds:.2f} s"
 
 
-# ------------------------------------------------------------- one restart
 @dataclass(frozen=True)
 class RunResult:
-    """One restarted consumer, timed from its construction (the restart).
+    """One restarted consumer, timed in seconds from its construction (None: the event
+    never happened). docs/benchmarks.md, What is measured, says what each field means.
 
-    Times are seconds; None when the event never happened (e.g. no fresh record
-    arrived before the run timeout).
-
-    Attributes:
-        label: "plain" or "fastrebalance".
-        group_id: the group it joined, holding the prepared offsets at the start.
-        backlog: records between the committed offsets and the log end at the restart,
-            from the real watermarks.
-        joined_s: the group assigned it partitions.
-        first_fresh_s: it delivered the first record produced after the restart.
-        fresh_p50_s, fresh_p99_s: produce-to-delivery latency of fresh records (those
-            produced within ``window_s`` of the restart, when a window was given).
-        fresh_records: fresh records delivered (within the window, when given).
-        fresh_out_of_order: fresh records delivered after a higher offset of their
-            partition. For fastrebalance these are the records produced between the
-            restart and the moment it read the log end: they lie below where its
-            primary starts, so its child delivers them with the backlog. With few
-            fresh records in a run, they decide its p99.
-        backlog_done_s: every backlog record had been delivered at least once.
-        caught_up_s: every record below the final log end had been delivered.
-        delivered: records handed to the application, duplicates included.
-        expected: distinct records it had to deliver: committed offsets to final log end.
-        duplicates: deliveries of an offset already delivered in this run.
-        lost: expected records never delivered.
-        timed_out: the run hit its timeout.
-        errors: error events returned by poll/consume (first few).
-        child_alive: fastrebalance only: its child consumer was alive at the end.
-        fresh_max_s: the worst fresh latency (same records as p50/p99).
-        records_per_s: deliveries up to the end of the backlog divided by the time from
-            the restart to that moment, join included: what the restart costs in total.
-        window_s: the fresh-latency window, None for the whole run.
-        samples: (delivered at, latency) of each fresh record counted, seconds since the
-            restart; only when asked for (plots).
-        close_s: how long ``close()`` took at the end (commits, leaving the group).
+    ``fresh_out_of_order``: fresh records delivered after a higher offset of their
+    partition. For fastrebalance these were produced between the restart and the moment
+    it read the log end: they lie below where its primary starts, so its child delivers
+    them with the backlog. With few fresh records in a run, they decide its p99.
+    ``child_alive`` is None for a plain consumer.
     """
 
     label: str
-    group_id: str
     backlog: int
     joined_s: float | None
     first_fresh_s: float | None
     fresh_p50_s: float | None
     fresh_p99_s: float | None
+    fresh_max_s: float | None
     fresh_records: int
     fresh_out_of_order: int
     backlog_done_s: float | None
-    caught_up_s: float | None
-    delivered: int
+    records_per_s: float | None
     expected: int
     duplicates: int
     lost: int
     timed_out: bool
-    errors: tuple[str, ...] = ()
-    child_alive: bool | None = None
-    fresh_max_s: float | None = None
-    records_per_s: float | None = None
-    window_s: float | None = None
-    samples: tuple[tuple[float, float], ...] = ()
-    close_s: float | None = None
+    errors: tuple[str, ...]
+    child_alive: bool | None
+    close_s: float
 
 
 def measure_restart(
@@ -153,7 +98,6 @@ def measure_restart(
     tail_s: float,
     run_timeout_s: float,
     window_s: float | None = None,
-    keep_samples: bool = False,
     progress: Callable[[float, int, int, float | None], None] | None = None,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
@@ -172,7 +116,7 @@ def measure_restart(
     """
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
-    backlog = sum(max(0, e - s) for s, e in zip(start, backlog_end, strict=True))
+    backlog = backlog_left = sum(max(0, e - s) for s, e in zip(start, backlog_end, strict=True))
     conf = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -184,19 +128,16 @@ def measure_restart(
     min_run_s = 0.0 if window_s is None else window_s + tail_s
     # seen[p][i] != 0 once offset start[p] + i was delivered: C-speed scans later.
     seen = [bytearray(max(0, e - s) + 4096) for s, e in zip(start, backlog_end, strict=True)]
-    backlog_left = backlog
     latencies: list[float] = []
-    samples: list[tuple[float, float]] = []
     delivered = duplicates = out_of_order = 0
-    delivered_at_backlog_done: int | None = None
+    delivered_at_backlog_done = 0
     highest = [-1] * partitions  # highest offset delivered so far, per partition
     errors: list[str] = []
     joined: list[float] = []
-    first_fresh_s = backlog_done_s = caught_up_s = None
+    first_fresh_s = None
+    backlog_done_s = 0.0 if backlog == 0 else None
     final_end: list[int] | None = None
     timed_out = False
-    child_alive: bool | None = None
-
     next_progress = 0.0
     restart_wall = time.time()
     window_end = float("inf") if window_s is None else restart_wall + window_s
@@ -204,13 +145,11 @@ def measure_restart(
     consumer = make(conf)
     try:
 
-        def on_assign(_consumer: Any, _partitions: list[TopicPartition]) -> None:
+        def on_assign(_consumer: Any, _partitions: Any) -> None:
             if not joined:
                 joined.append(time.monotonic() - t0)
 
         consumer.subscribe([topic], on_assign=on_assign)
-        if backlog == 0:
-            backlog_done_s = 0.0
         while True:
             for m in consumer.consume(BATCH, CONSUME_TIMEOUT_S):
                 if m.error() is not None:
@@ -244,26 +183,19 @@ def measure_restart(
                     if ts < window_end:
                         latencies.append(now - ts)
                         out_of_order += behind
-                        if keep_samples:
-                            samples.append((now - restart_wall, now - ts))
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0
             if progress is not None and elapsed >= next_progress:
                 next_progress = elapsed + 0.5
                 progress(elapsed, backlog - backlog_left, backlog, first_fresh_s)
-            if (
-                backlog_done_s is not None
-                and elapsed >= backlog_done_s + tail_s
-                and elapsed >= min_run_s
-            ):
+            if backlog_done_s is not None and elapsed >= max(backlog_done_s + tail_s, min_run_s):
                 if final_end is None:
                     final_end = [high for _low, high in watermarks(probe, topic, partitions)]
                 if all(
                     len(arr) >= e - s and arr.find(0, 0, e - s) == -1
                     for arr, s, e in zip(seen, start, final_end, strict=True)
                 ):
-                    caught_up_s = elapsed
                     break
             if elapsed > run_timeout_s:
                 timed_out = True
@@ -275,38 +207,33 @@ def measure_restart(
         consumer.close()
         close_s = time.monotonic() - closing
 
-    end = final_end if final_end is not None else backlog_end
     expected = lost = 0
-    for arr, s, e in zip(seen, start, end, strict=True):
+    for arr, s, e in zip(seen, start, final_end or backlog_end, strict=True):
         n = max(0, e - s)
         expected += n
         lost += n - min(n, len(arr)) + arr.count(0, 0, n)
-    rate = None
-    if backlog_done_s and delivered_at_backlog_done:
-        rate = delivered_at_backlog_done / backlog_done_s
     latencies.sort()
     return RunResult(
         label=label,
-        group_id=group,
         backlog=backlog,
         joined_s=joined[0] if joined else None,
         first_fresh_s=first_fresh_s,
         fresh_p50_s=percentile(latencies, 50),
         fresh_p99_s=percentile(latencies, 99),
+        fresh_max_s=latencies[-1] if latencies else None,
         fresh_records=len(latencies),
         fresh_out_of_order=out_of_order,
         backlog_done_s=backlog_done_s,
-        caught_up_s=caught_up_s,
-        delivered=delivered,
+        records_per_s=(
+            delivered_at_backlog_done / backlog_done_s
+            if backlog_done_s and delivered_at_backlog_done
+            else None
+        ),
         expected=expected,
         duplicates=duplicates,
         lost=lost,
         timed_out=timed_out,
         errors=tuple(errors),
         child_alive=child_alive,
-        fresh_max_s=latencies[-1] if latencies else None,
-        records_per_s=rate,
-        window_s=window_s,
-        samples=tuple(samples),
         close_s=close_s,
     )

@@ -215,11 +215,10 @@ def test_fetcher_asks_for_all_log_ends_at_once(kafka_cluster, topic_factory, mon
 
 def test_bench_counts_one_list_offsets_request_per_broker(kafka_cluster, topic_factory) -> None:
     """The benchmark's planning figure, from librdkafka's own request counters (a smoke run
-    of spark_bench --scale without Spark)."""
-    from fastrebalance.tools.spark_bench import _await_leaders, measure_planning
+    of spark_bench --scale without Spark; create_topic waits for every partition's leader)."""
+    from fastrebalance.tools.spark_bench import measure_planning
 
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(200)
-    _await_leaders(bs, topic, 200)
     took, per_broker = measure_planning(bs, topic, calls=3)
     assert len(took) == 3 and all(t > 0 for t in took)
     assert per_broker == [1]  # one broker in both test clusters
