@@ -8,6 +8,7 @@ before status runs: status must work on a group with no live member.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
@@ -16,7 +17,12 @@ from fastrebalance import Consumer, TopicPartition
 from fastrebalance._token import GroupToken, encode_group_token
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.tools.cli import EXIT_CHECK_FAILED, EXIT_OK, main
-from fastrebalance.tools.status import GroupNotFoundError, ProgressTracker, read_status
+from fastrebalance.tools.status import (
+    GroupNotFoundError,
+    GroupStatus,
+    ProgressTracker,
+    StatusReader,
+)
 
 from .helpers import base_conf, drain, produce
 
@@ -42,6 +48,10 @@ def _mid_catchup(bs: str, group: str, topic: str, **conf: object) -> None:
         c.commit(message=by_offset[89], asynchronous=False)  # child: 90
     finally:
         c.close()
+
+
+def read_status(bootstrap: str, group: str, **options: Any) -> GroupStatus:
+    return StatusReader(bootstrap, group, **options).read()
 
 
 def _status_argv(cluster: KafkaCluster, group: str, *extra: str) -> list[str]:
