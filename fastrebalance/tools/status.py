@@ -5,11 +5,9 @@ watermarks are read: no group membership and no DescribeGroups (which the mock c
 not serve, and which says nothing about catch-up anyway). So a group with no live member can
 be inspected, and inspecting never disturbs a running group. The two logs are merged by
 ``_planning.restore()``, the very function a restarting consumer uses: what status shows as
-pending is what a restart would read again.
-
-Kafka keeps only the latest commit of each log, so one snapshot knows a range from the
-child's last checkpoint on; ``ProgressTracker`` remembers each range across ``--watch``
-refreshes, which turns the bars into real progress with a drain rate and an ETA.
+pending is what a restart would read again. Kafka keeps only the latest commit of each log,
+so one snapshot knows a range from the child's last checkpoint on; ``ProgressTracker``
+follows each range across ``--watch`` refreshes, with a drain rate and an ETA.
 
 Thread ownership: a ``StatusReader`` owns one AdminClient, used only by the thread that
 calls ``read()``, which also makes (and closes) the consumer reading the claims log;
@@ -27,7 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import ConsumerGroupTopicPartitions as GroupPartitions
@@ -50,7 +48,6 @@ JSON_SCHEMA_VERSION = 1
 _rdlog = logging.getLogger("fastrebalance.status.librdkafka")
 log = logging.getLogger("fastrebalance.status")
 
-MetadataKind = Literal["none", "plain", "token", "foreign", "unreadable"]
 #: The state column (docs/cli.md "Partition states"); a token shows its ranges instead.
 _KIND_TEXT = {
     "none": "no committed offset",
@@ -62,21 +59,11 @@ _KIND_TEXT = {
 
 class StatusError(Exception):
     """The status could not be read; the message is meant for the operator, ``kind``
-    names the error in the ``--json`` error document."""
+    names the error in the ``--json`` error document (docs/cli.md "JSON")."""
 
-    kind = "error"
-
-
-class ClusterUnreachableError(StatusError):
-    kind = "cluster_unreachable"
-
-
-class GroupNotFoundError(StatusError):
-    kind = "group_not_found"
-
-
-class TopicNotFoundError(StatusError):
-    kind = "topic_not_found"
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -123,13 +110,9 @@ class RangeStatus:
 
 @dataclass(frozen=True)
 class PartitionStatus:
-    """One partition, as a restart of the group would see it (docs/cli.md "JSON").
-
-    ``committed`` is the *safe* offset Kafka stores for the group, where plain tools and a
-    rollback resume; ``position`` is where the primary resumes; ``checkpoint`` is the
-    child's latest, whether it still applies to a pending range or not; ``problem`` says
-    why some metadata is ignored, as a restart would log it.
-    """
+    """One partition, as a restart of the group would see it (docs/cli.md "JSON"):
+    ``committed`` is the *safe* offset Kafka stores for the group, ``position`` where the
+    primary resumes, ``checkpoint`` the child's latest, whether it still applies or not."""
 
     topic: str
     partition: int
@@ -138,11 +121,10 @@ class PartitionStatus:
     ranges: tuple[RangeStatus, ...] = ()
     log_start: int | None = None
     log_end: int | None = None
-    metadata: MetadataKind = "none"
+    metadata: str = "none"  # none, plain, token, foreign or unreadable
     user_metadata: str = ""
     checkpoint: ChildCheckpoint | None = None
     problem: str | None = None
-    #: size of the range token in the group's commit metadata (0: no token)
     token_bytes: int = 0
 
     @property
@@ -225,9 +207,7 @@ def _iso(t: float) -> str:
 
 
 # --------------------------------------------------------------- pure merge
-def _classify(
-    offset: int, metadata: str | None
-) -> tuple[MetadataKind, tuple[tuple[int, int], ...]]:
+def _classify(offset: int, metadata: str | None) -> tuple[str, tuple[tuple[int, int], ...]]:
     """The kind of the group commit, and the ranges its token names (if any)."""
     if offset < 0:
         return "none", ()
@@ -311,108 +291,75 @@ class ProgressTracker:
 # ------------------------------------------------------------------ reading
 class StatusReader:
     """Reads snapshots of one group; ``--watch`` keeps one, so that each refresh reuses
-    the admin client's connections instead of reconnecting every few seconds.
-
-    Args:
-        topics: only these topics, every partition of each; None: every topic the group
-            has committed offsets for.
-        catchup_group: the child's group id; None: ``<group>.catchup``, the default.
-        timeout: seconds allowed for each request.
-        config: extra librdkafka properties for the admin client (security, SASL).
-    """
+    the admin client's connections instead of reconnecting every few seconds. The
+    arguments are the options of ``fastrebalance status``; ``topics`` None: every topic
+    the group has committed offsets for, every partition of each."""
 
     def __init__(
-        self,
-        bootstrap_servers: str,
-        group: str,
-        *,
-        topics: Sequence[str] | None = None,
-        catchup_group: str | None = None,
-        timeout: float = 10.0,
+        self, bootstrap_servers: str, group: str, *, topics: Sequence[str] | None = None,
+        catchup_group: str | None = None, timeout: float = 10.0,
         config: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.bootstrap_servers, self.group, self.timeout = bootstrap_servers, group, timeout
         self.topics = list(dict.fromkeys(topics or ()))
         self.catchup_group = catchup_group or f"{group}{CATCHUP_GROUP_SUFFIX}"
-        self._config = dict(config or {})
-        conf = {"bootstrap.servers": bootstrap_servers, "logger": _rdlog, **self._config}
+        self._config = {"bootstrap.servers": bootstrap_servers, **(config or {})}
+        conf: dict[str, Any] = {**self._config, "logger": _rdlog}
         self._admin = AdminClient(conf)
 
     def read(self) -> GroupStatus:
-        """One snapshot.
-
-        Raises:
-            ClusterUnreachableError: no broker answered within ``timeout``.
-            TopicNotFoundError: one of ``topics`` does not exist.
-            GroupNotFoundError: the group has no committed offset on those topics.
-            StatusError: the cluster refused a request (authorization, coordinator).
-        """
+        """One snapshot; a ``StatusError`` when the cluster does not answer or refuses,
+        or when a topic asked for or the group's commits are not found."""
         taken_at = time.time()
         try:
-            metadata = self._admin.list_topics(timeout=self.timeout)
+            topics = self._admin.list_topics(timeout=self.timeout).topics
         except KafkaException as exc:
-            raise ClusterUnreachableError(
+            raise StatusError(
                 f"no Kafka broker answered at {self.bootstrap_servers} within"
-                f" {self.timeout:g} s ({_reason(exc)})"
-            ) from None
-        partitions_of = {
-            name: sorted(t.partitions) for name, t in metadata.topics.items() if t.error is None
-        }
-        wanted = self._partitions(partitions_of)
-        found = self._committed(self.group, wanted) if wanted else {}
-        if not any(tp.offset >= 0 for tp in found.values()):
+                f" {self.timeout:g} s ({_reason(exc)})", "cluster_unreachable",
+            ) from None  # fmt: skip
+        partitions_of = {t: sorted(meta.partitions) for t, meta in topics.items() if not meta.error}
+        missing = [t for t in self.topics if t not in partitions_of]
+        if missing:
+            raise StatusError(f"topic {', '.join(map(repr, missing))} not found", "topic_not_found")
+        asked = [(t, p) for t in self.topics for p in partitions_of[t]]
+        found = self._committed(self.group, asked if self.topics else None)
+        if not self.topics and not any(tp.offset >= 0 for tp in found.values()):
+            # A real broker lists every partition the group committed; the mock cluster
+            # answers that request with nothing: ask for each explicitly.
+            asked = [(t, p) for t, ps in partitions_of.items() for p in ps if t[:2] != "__"]
+            found = self._committed(self.group, asked)
+        names = self.topics or sorted({t for (t, _), tp in found.items() if tp.offset >= 0})
+        wanted = [(t, p) for t in names for p in partitions_of.get(t, ())]
+        if not any(found.get(key, _NO_COMMIT).offset >= 0 for key in wanted):
             where = f" on topic {', '.join(map(repr, self.topics))}" if self.topics else ""
-            raise GroupNotFoundError(
+            raise StatusError(
                 f"group {self.group!r} has no committed offsets{where} at"
-                f" {self.bootstrap_servers} (unknown group, or it never committed)"
+                f" {self.bootstrap_servers} (unknown group, or it never committed)",
+                "group_not_found",
             )
         child = self._committed(self.catchup_group, wanted)
         low = self._watermarks(wanted, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         high = self._watermarks(wanted, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-        out = []
-        for tp in wanted:
-            key = (tp.topic, tp.partition)
+        parts = []
+        for key in wanted:
             g, c = found.get(key, _NO_COMMIT), child.get(key, _NO_COMMIT)
-            out.append(
-                partition_status(
-                    *key, g.offset, g.metadata, c.offset, c.metadata, low.get(key), high.get(key)
-                )
-            )
+            marks = (low.get(key), high.get(key))
+            parts.append(partition_status(*key, g.offset, g.metadata, c.offset, c.metadata, *marks))
         return GroupStatus(
-            self.group, self.catchup_group, self.bootstrap_servers, tuple(out), taken_at,
+            self.group, self.catchup_group, self.bootstrap_servers, tuple(parts), taken_at,
             self._chunks(),
         )  # fmt: skip
 
-    def _partitions(self, partitions_of: dict[str, list[int]]) -> list[TopicPartition]:
-        """Every partition of the topics asked for, or of those the group committed on:
-        uncommitted partitions of those topics are shown too."""
-        if self.topics:
-            missing = [t for t in self.topics if t not in partitions_of]
-            if missing:
-                raise TopicNotFoundError(f"topic {', '.join(map(repr, missing))} not found")
-            names = self.topics
-        else:
-            committed = self._committed(self.group, None)
-            if not any(tp.offset >= 0 for tp in committed.values()):
-                # A real broker lists every partition the group committed; the mock
-                # cluster answers that request with nothing: ask for each explicitly.
-                everything = [
-                    TopicPartition(t, p)
-                    for t, ps in partitions_of.items()
-                    if not t.startswith("__")
-                    for p in ps
-                ]
-                committed = self._committed(self.group, everything) if everything else {}
-            names = sorted({tp.topic for tp in committed.values() if tp.offset >= 0})
-        return [TopicPartition(t, p) for t in names for p in partitions_of.get(t, ())]
-
     def _committed(
-        self, group: str, partitions: list[TopicPartition] | None
+        self, group: str, partitions: list[tuple[str, int]] | None
     ) -> dict[tuple[str, int], TopicPartition]:
-        request = GroupPartitions(group, partitions)
+        if partitions == []:
+            return {}
+        asked = None if partitions is None else [TopicPartition(*key) for key in partitions]
         try:
             futures = self._admin.list_consumer_group_offsets(
-                [request], request_timeout=self.timeout
+                [GroupPartitions(group, asked)], request_timeout=self.timeout
             )
             got = futures[group].result(timeout=self.timeout + 5).topic_partitions or []
         except (KafkaException, TimeoutError) as exc:
@@ -422,16 +369,13 @@ class StatusReader:
         return {(tp.topic, tp.partition): tp for tp in got}
 
     def _watermarks(
-        self, partitions: list[TopicPartition], spec: OffsetSpec
+        self, partitions: list[tuple[str, int]], spec: OffsetSpec
     ) -> dict[tuple[str, int], int]:
         """Per partition; one whose leader does not answer is left out (shown as
         unknown) rather than failing the whole status."""
-        if not partitions:
-            return {}
-        request = {TopicPartition(tp.topic, tp.partition): spec for tp in partitions}
-        out = {}
-        futures = self._admin.list_offsets(request, request_timeout=self.timeout)
-        for tp, future in futures.items():
+        out: dict[tuple[str, int], int] = {}
+        request = {TopicPartition(*key): spec for key in partitions}
+        for tp, future in self._admin.list_offsets(request, request_timeout=self.timeout).items():
             try:
                 out[(tp.topic, tp.partition)] = future.result(timeout=self.timeout + 5).offset
             except (KafkaException, TimeoutError) as exc:
@@ -444,9 +388,8 @@ class StatusReader:
         machine every member runs (``_claims``): what is shown is what the members
         believe, a holder being live by the default claim timeout."""
         topic = self.group + CLAIMS_TOPIC_SUFFIX
-        conf = {"bootstrap.servers": self.bootstrap_servers, **self._config}
         c = Consumer({
-            **client_config(conf, "status"),
+            **client_config(self._config, "status"),
             "group.id": f"{topic}.status-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "allow.auto.create.topics": False,  # looking never creates it
@@ -560,23 +503,17 @@ def add_command(commands: a.Commands) -> None:
         "status",
         "show a group's catch-up: safe offsets, pending backlog ranges, child progress, lag",
         (
-            "Read a consumer group's committed offsets with their range tokens, the child's "
-            "commit log (<group>.catchup) and the log-end offsets, and show per partition: "
-            "the safe committed offset (what plain tools see), the primary's position, the "
-            "pending backlog ranges with a progress bar each, the child's checkpoint, and the "
-            "lag (records not yet processed).",
-            "Only committed offsets are read, so this works against a group with no live "
-            "member and never disturbs a running one. A single snapshot knows a range from "
-            "the child's previous checkpoint on; --watch follows each range from when it "
-            "started, with a drain rate and an ETA.",
+            "Show per partition the safe committed offset (what plain tools see), the "
+            "primary's position, the pending backlog ranges with a progress bar each, the "
+            "child's checkpoint and the lag, from the group's committed offsets, the child's "
+            "commit log (<group>.catchup) and the log ends: this works against a group with "
+            "no live member and never disturbs a running one.",
         ),
         """\
 examples:
   fastrebalance status --bootstrap-servers localhost:9092 --group orders
   fastrebalance status --bootstrap-servers localhost:9092 --group orders --topic orders --watch
-  fastrebalance status --bootstrap-servers kafka:9093 --group orders --json \\
-      -X security.protocol=SASL_SSL -X sasl.mechanism=PLAIN \\
-      -X sasl.username=ops -X sasl.password=...
+  fastrebalance status -b kafka:9093 -g orders --json -X security.protocol=SSL
 """,
     )
     a.bootstrap_servers(p, "the Kafka cluster", required=True)
@@ -626,7 +563,7 @@ def _command(args: argparse.Namespace) -> int:
                 doc = {"schema": JSON_SCHEMA_VERSION, "error": exc.kind, "message": str(exc)}
                 print(json.dumps(doc), flush=True)
             print(f"fastrebalance status: {exc}", file=sys.stderr, flush=True)
-            not_found = isinstance(exc, (GroupNotFoundError, TopicNotFoundError))
+            not_found = exc.kind in ("group_not_found", "topic_not_found")
             codes.append(a.EXIT_CHECK_FAILED if not_found else a.EXIT_ERROR)
             return
         show(tracker.update(status) if args.watch else status, bool(codes))
@@ -682,7 +619,8 @@ def _exporter(port: int) -> Callable[[GroupStatus, bool], None] | None:
             registry = CollectorRegistry()
             registry.register(StatusCollector(lambda: latest[0]))
             start_http_server(port, registry=registry)
-            print(f"fastrebalance status: serving metrics on http://0.0.0.0:{port}/metrics")
+            url = f"http://0.0.0.0:{port}/metrics"
+            print(f"fastrebalance status: serving metrics on {url}", flush=True)
         latest[:] = [status]
 
     return show

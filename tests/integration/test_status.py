@@ -18,9 +18,9 @@ from fastrebalance._token import GroupToken, encode_group_token
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.tools.cli import EXIT_CHECK_FAILED, EXIT_OK, main
 from fastrebalance.tools.status import (
-    GroupNotFoundError,
     GroupStatus,
     ProgressTracker,
+    StatusError,
     StatusReader,
 )
 
@@ -135,8 +135,9 @@ def test_custom_catchup_group(kafka_cluster, topic_factory, unique_group) -> Non
 
 def test_unknown_group_and_topic_exit_1(kafka_cluster, topic_factory, unique_group, capsys):
     topic = topic_factory(1)
-    with pytest.raises(GroupNotFoundError):
+    with pytest.raises(StatusError) as raised:
         read_status(kafka_cluster.bootstrap_servers, unique_group)
+    assert raised.value.kind == "group_not_found"
     assert main(_status_argv(kafka_cluster, unique_group)) == EXIT_CHECK_FAILED
     err = capsys.readouterr().err
     assert f"group {unique_group!r} has no committed offsets" in err
