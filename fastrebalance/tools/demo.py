@@ -1,18 +1,13 @@
 """``fastrebalance demo``: a crash, a backlog, and two restarts compared side by side.
 
-The story follows KIP-333's own example ("crash at 100, committed 70, end 120"): a consumer
-committed at the start of a backlog and crashed; while it was down the log grew, and a
-producer keeps writing fresh records. The same group is then restarted twice, one run after
-the other so that the timings are comparable: (a) a plain ``confluent_kafka.Consumer``, which
-must replay the whole backlog before it reaches a single fresh record; (b)
-``fastrebalance.Consumer`` with ``enable.parallel.rebalance=True``, whose primary starts at
-the log end while the child reads the backlog in parallel.
-
-Both runs start from the same committed offsets: the crashed group's offsets are copied into
-two fresh group ids, because a restarted consumer moves its group's offsets and the second
-run would otherwise start where the first one ended. The records, the producers and the
-measuring loop (``workload.measure_restart``) are ``fastrebalance bench``'s, so that the demo
-and the benchmark measure alike.
+KIP-333's own story: a consumer committed at the start of a backlog and crashed, the log
+grew, and a producer keeps writing fresh records. The group is restarted twice, one run
+after the other so that the timings compare: a plain ``confluent_kafka.Consumer``, which
+replays the whole backlog before its first fresh record, then ``fastrebalance.Consumer``,
+whose primary starts at the log end while the child reads the backlog. Both start from the
+crashed group's offsets, copied into two fresh groups (a restart moves its group's offsets).
+The measuring loop is ``fastrebalance bench``'s (``workload.measure_restart``), so that both
+measure alike.
 
 Thread ownership: the fresh producer's handle belongs to its own thread; every other handle
 (the session's probe, the consumers) belongs to the thread that calls ``run_demo()``.
@@ -24,6 +19,7 @@ import argparse
 import textwrap
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
@@ -43,8 +39,6 @@ from ..testing._workload import (
 from . import _args as a
 from ._runner import Out, Session, quiet
 from .workload import BATCH, RunResult, format_duration, measure_restart
-
-__all__ = ["DemoResult", "DemoSettings", "add_command", "format_results", "run_demo"]
 
 #: Records the crashed consumer reads past its last commit before it dies.
 _READ_BEFORE_CRASH = 1000
@@ -90,12 +84,8 @@ def _crash(
     bootstrap: str, topic: str, group: str, start: list[int], read: int
 ) -> tuple[list[int], int]:
     """``group`` commits ``start``, reads ``read`` records past it, then dies without
-    committing them: the at-least-once situation of the KIP. ``close()`` stands in for the
-    crash; it only ever leaves ``group``, whose offsets are copied elsewhere.
-
-    Returns:
-        The offsets ``group`` holds after the crash, and the records read uncommitted.
-    """
+    committing them (``close()`` stands in for the crash). Returns the offsets ``group``
+    holds after the crash, and the records read uncommitted."""
     consumer = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         offsets = [TopicPartition(topic, p, offset) for p, offset in enumerate(start)]
@@ -113,24 +103,12 @@ def _crash(
 
 
 def run_demo(
-    settings: DemoSettings | None = None,
-    *,
-    cluster: KafkaCluster | None = None,
+    settings: DemoSettings | None = None, *, cluster: KafkaCluster | None = None,
     out: Out | None = print,
-) -> DemoResult:
-    """Run the whole story and return what was measured.
-
-    Args:
-        settings: what to run; ``DemoSettings()`` when None.
-        cluster: a running cluster (tests pass theirs); when None,
-            ``settings.bootstrap_servers`` names one, or an embedded cluster is started
-            and stopped around the demo.
-        out: receives the story line by line; None prints nothing.
-
-    Raises:
-        RuntimeError, KafkaException: the cluster did not do what the demo needs
-            (unreachable, a timeout); a lost record is *not* an error but ``lost``.
-    """
+) -> DemoResult:  # fmt: skip
+    """Run the story on ``cluster`` (tests pass theirs; None: the settings' or an embedded
+    one), telling it line by line to ``out``. RuntimeError or KafkaException when the
+    cluster does not do what the demo needs; a lost record is no error but ``lost``."""
     s = settings or DemoSettings()
     emit = out or quiet
 
@@ -148,10 +126,7 @@ def run_demo(
         failures = produce_backlog(bootstrap, topic, s.partitions, s.backlog)
         marks = watermarks(session.probe, topic, s.partitions)
         log_backlog = sum(hi - lo for lo, hi in marks)
-        say(
-            f"[3/7] Produced a backlog of {s.backlog:,} records in {time.monotonic() - t:.1f} s;"
-            f" the log holds {log_backlog:,}"
-        )
+        say(f"[3/7] Produced {s.backlog:,} records in {time.monotonic() - t:.1f} s: the backlog")
         if log_backlog < s.backlog - failures:
             notes.append(f"retention kept {log_backlog:,} of {s.backlog:,} backlog records")
         if log_backlog / s.partitions <= DEFAULT_LAG_THRESHOLD:
@@ -172,30 +147,19 @@ def run_demo(
         plain_group, fast_group = session.group("plain"), session.group("fast")
         for copy in (plain_group, fast_group):
             set_group_offsets(bootstrap, topic, copy, committed)
-        say(
-            f"{_INDENT}its committed offsets copied to {plain_group} and {fast_group},"
-            " so both restarts begin at the same backlog"
-        )
+        say(f"{_INDENT}its offsets copied to {plain_group} and {fast_group} for the restarts")
 
         fresh = FreshProducer(bootstrap, partition_keys(topic, s.partitions), s.rate)
         fresh.start()
         session.later(fresh.stop)
-        say(
-            f"[5/7] A producer keeps writing {s.rate:g} fresh records/s,"
-            " each stamped with its produce time"
-        )
+        say(f"[5/7] A producer keeps writing {s.rate:g} fresh records/s, stamped with their time")
 
-        common: dict[str, Any] = {
-            "bootstrap": bootstrap,
-            "topic": topic,
-            "start": committed,
-            "probe": session.probe,
-            "work_us": s.work_us,
-            "tail_s": s.tail_s,
-            "run_timeout_s": s.run_timeout_s,
-        }
+        measure = partial(
+            measure_restart, bootstrap=bootstrap, topic=topic, start=committed,
+            probe=session.probe, work_us=s.work_us, tail_s=s.tail_s, run_timeout_s=s.run_timeout_s,
+        )  # fmt: skip
         say(f"[6/7] Restart (a): plain confluent_kafka.Consumer, {s.work_us:g} us of work a record")
-        plain = measure_restart("plain", PlainConsumer, group=plain_group, **common)
+        plain = measure("plain", PlainConsumer, group=plain_group)
         say(_INDENT + _summary(plain))
 
         say("[7/7] Restart (b): fastrebalance.Consumer(enable.parallel.rebalance=True), same work")
@@ -211,7 +175,7 @@ def run_demo(
         def make_fast(conf: dict[str, Any]) -> FastConsumer:
             return FastConsumer({**conf, "enable.parallel.rebalance": True})
 
-        fast = measure_restart("fastrebalance", make_fast, group=fast_group, progress=bar, **common)
+        fast = measure("fastrebalance", make_fast, group=fast_group, progress=bar)
         say(_INDENT + _summary(fast))
 
         fresh.stop()
@@ -303,15 +267,12 @@ def add_command(commands: a.Commands) -> None:
         "demo",
         "crash a consumer, then compare a plain restart with a fastrebalance restart",
         (
-            "Produce a backlog, let a consumer commit at its start and crash, keep a producer "
-            "writing fresh timestamped records, then restart the group twice, one after the "
-            "other: (a) a plain confluent_kafka.Consumer, (b) fastrebalance.Consumer with "
-            "enable.parallel.rebalance=True.",
-            "Prints, for each: time to the first fresh record (produced after the restart), "
-            "fresh-record latency p50/p99, time until the backlog is delivered, duplicates, "
-            "and lost records (exit code 1 if any).",
-            "Runs on an embedded Kafka (librdkafka's mock cluster, no Docker needed) unless "
-            "--bootstrap-servers names a cluster; the defaults take about 20 s.",
+            "Produce a backlog, crash a consumer at its start, keep a producer writing fresh "
+            "records, and restart the group twice: a plain confluent_kafka.Consumer, then "
+            "fastrebalance.Consumer. Prints the time to the first fresh record, fresh-record "
+            "latency, the time until the backlog is delivered, duplicates and lost records "
+            "(exit code 1 if any). Runs on an embedded Kafka (librdkafka's mock cluster) "
+            "unless --bootstrap-servers names one; the defaults take about 20 s.",
         ),
         """\
 examples:
