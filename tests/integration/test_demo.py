@@ -27,7 +27,6 @@ def test_demo_fresh_records_first_and_nothing_lost(kafka_cluster: KafkaCluster) 
     report = format_results(result)
 
     assert result.lost == 0, report
-    assert result.ok, report
     for run in (result.plain, result.fast):
         assert not run.timed_out, report
         # the log held the whole backlog: nothing was trimmed under the demo

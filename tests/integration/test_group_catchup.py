@@ -195,7 +195,7 @@ def test_status_metrics_and_catchup_status_show_who_holds_which_chunk(
 ) -> None:
     from fastrebalance import Consumer
     from fastrebalance.metrics import samples
-    from fastrebalance.tools.status import format_status, read_status
+    from fastrebalance.tools.status import StatusReader, format_status
 
     from .helpers import base_conf, group_offsets
 
@@ -228,7 +228,7 @@ def test_status_metrics_and_catchup_status_show_who_holds_which_chunk(
         name = "fastrebalance_group_chunks_held"
         held = [s for s in samples(c.metrics_snapshot()) if s[0] == name]
         assert any(labels["holder"] == member and n >= 1 for _, labels, n in held), held
-        outside = read_status(bootstrap, unique_group, topics=[topic])
+        outside = StatusReader(bootstrap, unique_group, topics=[topic]).read()
         assert outside.chunks is not None
         assert any(ch["holder"] == member and ch["state"] == "held" for ch in outside.chunks)
         assert "group-wide catch-up:" in format_status(outside)

@@ -8,6 +8,7 @@ before status runs: status must work on a group with no live member.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
@@ -16,7 +17,12 @@ from fastrebalance import Consumer, TopicPartition
 from fastrebalance._token import GroupToken, encode_group_token
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.tools.cli import EXIT_CHECK_FAILED, EXIT_OK, main
-from fastrebalance.tools.status import GroupNotFoundError, ProgressTracker, read_status
+from fastrebalance.tools.status import (
+    GroupStatus,
+    ProgressTracker,
+    StatusError,
+    StatusReader,
+)
 
 from .helpers import base_conf, drain, produce
 
@@ -42,6 +48,10 @@ def _mid_catchup(bs: str, group: str, topic: str, **conf: object) -> None:
         c.commit(message=by_offset[89], asynchronous=False)  # child: 90
     finally:
         c.close()
+
+
+def read_status(bootstrap: str, group: str, **options: Any) -> GroupStatus:
+    return StatusReader(bootstrap, group, **options).read()
 
 
 def _status_argv(cluster: KafkaCluster, group: str, *extra: str) -> list[str]:
@@ -125,8 +135,9 @@ def test_custom_catchup_group(kafka_cluster, topic_factory, unique_group) -> Non
 
 def test_unknown_group_and_topic_exit_1(kafka_cluster, topic_factory, unique_group, capsys):
     topic = topic_factory(1)
-    with pytest.raises(GroupNotFoundError):
+    with pytest.raises(StatusError) as raised:
         read_status(kafka_cluster.bootstrap_servers, unique_group)
+    assert raised.value.kind == "group_not_found"
     assert main(_status_argv(kafka_cluster, unique_group)) == EXIT_CHECK_FAILED
     err = capsys.readouterr().err
     assert f"group {unique_group!r} has no committed offsets" in err
