@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -64,16 +65,21 @@ def command(
 
 # ------------------------------------------------------------------------ value types
 def number(
-    kind: type[int] | type[float], minimum: float, inclusive: bool = True
-) -> Callable[[str], float]:
-    """An argparse ``type=`` that rejects out-of-range values with a usage error (exit 2)
-    instead of letting them fail deep inside a Kafka client."""
+    kind: type[int] | type[float], minimum: float, inclusive: bool = True,
+    maximum: float = math.inf,
+) -> Callable[[str], float]:  # fmt: skip
+    """An argparse ``type=`` that rejects out-of-range values (and nan, inf) with a usage
+    error (exit 2) instead of letting them fail deep inside a Kafka client."""
 
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected a finite number")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected <= {maximum:g}")
         if value < minimum or (not inclusive and value == minimum):
             bound = ">=" if inclusive else ">"
             raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected {bound} {minimum:g}")

@@ -386,7 +386,8 @@ class StatusReader:
         """Group-wide catch-up's chunks not done yet and their holders, or None when the
         group has no claims topic. The claims log is read from its start by the very state
         machine every member runs (``_claims``): what is shown is what the members
-        believe, a holder being live by the default claim timeout."""
+        believe, a holder being live by the default claim timeout, judged at the later of
+        the log's time and this machine's clock."""
         topic = self.group + CLAIMS_TOPIC_SUFFIX
         c = Consumer({
             **client_config(self._config, "status"),
@@ -407,6 +408,9 @@ class StatusReader:
                     if m.error() is None:
                         read += 1
                         state.apply(decode_record(m.value()), m.timestamp()[1])
+            # Log time stands still when nobody writes: a group whose members all died
+            # would show their chunks held for ever. To the operator, now is also now.
+            state.apply(None, int(time.time() * 1000))
         except KafkaException:
             return None
         finally:
@@ -420,6 +424,12 @@ class StatusReader:
 
 #: What a partition without a commit reads as.
 _NO_COMMIT = TopicPartition("", -1, -1001)
+
+
+def _group_id(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a group id is not empty")
+    return text
 
 
 def _reason(exc: Exception) -> str:
@@ -517,7 +527,8 @@ examples:
 """,
     )
     a.bootstrap_servers(p, "the Kafka cluster", required=True)
-    p.add_argument("--group", "-g", required=True, metavar="G", help="the application's group.id")
+    p.add_argument("--group", "-g", required=True, type=_group_id, metavar="G",
+                   help="the application's group.id")
     p.add_argument("--topic", "-t", action="append", metavar="T", help="only this topic, every "
                    "partition of it (repeatable; default: every topic the group committed "
                    "offsets for)")  # fmt: skip
@@ -535,9 +546,9 @@ examples:
     p.add_argument("-X", dest="config", action="append", type=a.config_pair, default=[],
                    metavar="KEY=VALUE", help="a librdkafka property for the admin client "
                    "(repeatable), e.g. security.protocol=SSL")  # fmt: skip
-    a.option(p, "--prometheus", None, a.number(int, 1), "PORT", "serve the group's catch-up "
-             "metrics for Prometheus on this port (/metrics), read every --interval seconds, "
-             "until Ctrl-C (needs prometheus_client)")
+    a.option(p, "--prometheus", None, a.number(int, 1, maximum=65535), "PORT",
+             "serve the group's catch-up metrics for Prometheus on this port (/metrics), "
+             "read every --interval seconds, until Ctrl-C (needs prometheus_client)")
     p.set_defaults(func=_command)
 
 

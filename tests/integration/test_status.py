@@ -8,6 +8,7 @@ before status runs: status must work on a group with no live member.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -179,3 +180,32 @@ def test_untrustworthy_token_exits_1(kafka_cluster, topic_factory, unique_group,
     assert main(_status_argv(kafka_cluster, unique_group)) == EXIT_CHECK_FAILED
     out = capsys.readouterr().out
     assert "ignored by a restart" in out and "moved by another tool" in out
+
+
+def test_chunks_of_a_group_whose_members_all_died_show_expired(
+    kafka_cluster, topic_factory, unique_group
+) -> None:
+    """The claims log's time is its newest record's: with every member dead nobody writes,
+    so it judged a holder silent for a minute (or a day) live. Found by an adversary:
+    "held" 47 minutes after the holder was SIGKILLed."""
+    from confluent_kafka import Producer
+
+    from fastrebalance._claims import ClaimRecord, encode_record
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 10)
+    _plain_commit(bs, unique_group, topic, 5, "")
+    claims = f"{unique_group}.catchup.claims"
+    kafka_cluster.create_topic(claims, 1)
+    minute_ago = int(time.time() * 1000) - 60_000
+    p = Producer({"bootstrap.servers": bs})
+    for rec in (
+        ClaimRecord("offer", "owner", topic, 0, ((5, 8), (8, 10))),
+        ClaimRecord("claim", "dead-member", topic, 0, ((5, 8),)),
+    ):
+        p.produce(claims, encode_record(rec), partition=0, timestamp=minute_ago)
+    assert p.flush(10) == 0
+    chunks = read_status(bs, unique_group).chunks
+    assert chunks is not None
+    states = {(c["start"], c["end"]): (c["holder"], c["state"]) for c in chunks}
+    assert states == {(5, 8): ("dead-member", "expired"), (8, 10): (None, "free")}

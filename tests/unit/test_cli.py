@@ -70,6 +70,11 @@ def test_every_command_has_help_with_exit_codes(capsys: pytest.CaptureFixture) -
         ["status", "-b", "x:9092", "-g", "g", "--interval", "0"],
         ["status", "-b", "x:9092", "-g", "g", "--count", "0"],
         ["status", "-b", "x:9092", "-g", "g", "--timeout", "-1"],
+        # each ended in a traceback (exit 1) or a run "within nan s" before
+        ["status", "-b", "x:9092", "-g", "g", "--timeout", "nan"],
+        ["status", "-b", "x:9092", "-g", "g", "--prometheus", "99999"],
+        ["status", "-b", "x:9092", "-g", ""],
+        ["bench", "--rate", "inf"],
         ["nosuchcommand"],
     ],
 )
