@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 
 def produce(bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> None:
@@ -68,23 +68,38 @@ def drain(
     return got
 
 
-def group_offsets(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
-    """The offsets Kafka stores for ``group``, read the way any plain tool reads them."""
+def _committed(bootstrap: str, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
+    """What a plain tool reads, retried while the group's coordinator is moving or loading
+    (a broker just resumed or restarted answers NOT_COORDINATOR for a moment, seen at
+    load 8 right after SIGCONT), as a tool's operator would retry."""
+    transient = {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+    deadline = time.monotonic() + 30
     c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return [tp.offset for tp in tps]
+        while True:
+            try:
+                return list(c.committed(tps, timeout=10))
+            except KafkaException as exc:
+                if exc.args[0].code() not in transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         c.close()
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
+    """The offsets Kafka stores for ``group``, read the way any plain tool reads them."""
+    tps = _committed(bootstrap, group, [TopicPartition(topic, p) for p in range(partitions)])
+    return [tp.offset for tp in tps]
 
 
 def group_metadata(bootstrap: str, group: str, topic: str, partition: int = 0) -> tuple[int, str]:
-    c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        (tp,) = c.committed([TopicPartition(topic, partition)], timeout=10)
-        return tp.offset, tp.metadata or ""
-    finally:
-        c.close()
+    (tp,) = _committed(bootstrap, group, [TopicPartition(topic, partition)])
+    return tp.offset, tp.metadata or ""
 
 
 def close_member(consumer: Any, seconds: float = 10.0) -> None:
