@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
+
+from fastrebalance._retry import call_with_retries
 
 
 def produce(bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> None:
@@ -69,24 +71,11 @@ def drain(
 
 
 def _committed(bootstrap: str, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
-    """What a plain tool reads, retried while the group's coordinator is moving or loading
-    (a broker just resumed or restarted answers NOT_COORDINATOR for a moment, seen at
-    load 8 right after SIGCONT), as a tool's operator would retry."""
-    transient = {
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-    }
-    deadline = time.monotonic() + 30
+    """What a plain tool reads, retried on the library's retriable errors: a broker just
+    resumed answers NOT_COORDINATOR for a moment (seen at load 8 right after SIGCONT)."""
     c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        while True:
-            try:
-                return list(c.committed(tps, timeout=10))
-            except KafkaException as exc:
-                if exc.args[0].code() not in transient or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        return call_with_retries(lambda: list(c.committed(tps, timeout=10)), attempts=30)
     finally:
         c.close()
 
