@@ -100,8 +100,8 @@ def number_list(
     one = number(kind, minimum)
 
     def parse(text: str) -> tuple[int | float, ...]:
-        items = [t.strip().replace("_", "") for t in text.split(",") if t.strip()]
-        if not items:
+        items = [t.strip().replace("_", "") for t in text.split(",")]
+        if not all(items):  # "5000,,6000" is a typo, not a list of two
             raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list")
         return tuple(one(t) for t in items)
 

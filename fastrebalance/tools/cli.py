@@ -1,15 +1,7 @@
 """The ``fastrebalance`` command line: the list of commands.
 
 Each command module declares its own options and runs its own command (``add_command``);
-parsing, logging, exit codes and errors are ``_args.run``'s.
-
-Exit codes:
-    0  the command ran and its checks passed
-    1  a check failed (the demo lost records; status: unknown group or topic, or
-       commit metadata that claims to be ours but cannot be trusted)
-    2  usage error (bad arguments)
-    3  the command could not run (Kafka unreachable, a timeout, an unexpected error)
-    130 interrupted (Ctrl-C)
+parsing, logging, exit codes (``_args.EPILOG``) and errors are ``_args.run``'s.
 """
 
 from __future__ import annotations

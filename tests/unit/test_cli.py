@@ -75,6 +75,8 @@ def test_every_command_has_help_with_exit_codes(capsys: pytest.CaptureFixture) -
         ["status", "-b", "x:9092", "-g", "g", "--prometheus", "99999"],
         ["status", "-b", "x:9092", "-g", ""],
         ["bench", "--rate", "inf"],
+        ["bench", "--backlogs", "5000,,6000"],  # an empty item was dropped silently
+        ["bench", "--backlogs", "5000,"],
         ["nosuchcommand"],
     ],
 )
