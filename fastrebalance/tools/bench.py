@@ -143,7 +143,8 @@ class BenchResult:
 
 
 # ------------------------------------------------------------------ workers
-def _make_consumer(kind: str, conf: dict[str, Any]) -> Any:
+def make_consumer(kind: str, conf: dict[str, Any]) -> Any:
+    """Every measured consumer, by kind: the demo's restarts are built here too."""
     if kind in (PLAIN, RAW, TUNED):
         from confluent_kafka import Consumer as PlainConsumer
 
@@ -160,7 +161,7 @@ def _worker_recovery(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[
     probe = PlainConsumer({"bootstrap.servers": args["bootstrap"], "group.id": "bench-probe"})
     try:
         base = _runner.memory_kib("VmHWM")
-        result = measure_restart(lambda conf: _make_consumer(kind, conf), probe=probe, **args)
+        result = measure_restart(lambda conf: make_consumer(kind, conf), probe=probe, **args)
     finally:
         probe.close()
     peak = _runner.memory_kib("VmHWM")
@@ -189,7 +190,7 @@ def _worker_throughput(spec: dict[str, Any], _commands: queue.Queue[str]) -> dic
     seconds = dict.fromkeys(variants, 0.0)
     try:
         for v in variants:
-            consumers[v] = _make_consumer(v, {**conf, "group.id": spec["groups"][v]})
+            consumers[v] = make_consumer(v, {**conf, "group.id": spec["groups"][v]})
             consumers[v].subscribe([spec["topic"]])
         for v in variants:  # the first record: it waits for the join and the first fetch
             while (m := consumers[v].poll(POLL_TIMEOUT_S)) is None or m.error() is not None:

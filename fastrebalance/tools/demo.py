@@ -26,11 +26,11 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 from .._config import DEFAULT_LAG_THRESHOLD
-from .._consumer import Consumer as FastConsumer
 from ..testing import KafkaCluster
 from ..testing import _workload as wl
 from . import _args as a
-from ._runner import Out, Session, quiet, ratio
+from ._runner import FAST, PLAIN, Out, Session, quiet, ratio
+from .bench import make_consumer
 from .workload import BATCH, RunResult, format_duration, measure_restart
 
 #: Records the crashed consumer reads past its last commit before it dies.
@@ -72,24 +72,21 @@ class DemoResult:
         return self.plain.lost + self.fast.lost
 
 
-def _crash(
-    bootstrap: str, topic: str, group: str, start: list[int], read: int
-) -> tuple[list[int], int]:
-    """``group`` commits ``start``, reads ``read`` records past it, then dies without
-    committing them (``close()`` stands in for the crash). Returns the offsets ``group``
-    holds after the crash, and the records read uncommitted."""
-    consumer = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+def _crash(bootstrap: str, topic: str, group: str, start: list[int], read: int) -> int:
+    """``group`` commits ``start`` (checked), a member reads ``read`` records past it and
+    dies without committing them: ``close()`` with auto-commit off stands in for the
+    crash. Returns the records read uncommitted."""
+    wl.set_group_offsets(bootstrap, topic, group, start)
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    consumer = PlainConsumer(conf)
     try:
-        offsets = [TopicPartition(topic, p, offset) for p, offset in enumerate(start)]
-        consumer.assign(offsets)
-        consumer.commit(offsets=offsets, asynchronous=False)
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in enumerate(start)])
         seen, deadline = 0, time.monotonic() + 30.0
         while seen < read:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the crashing consumer read only {seen} of {read} in 30 s")
             seen += sum(1 for m in consumer.consume(BATCH, 0.1) if m.error() is None)
-        got = consumer.committed(offsets, timeout=wl.REQUEST_TIMEOUT_S)
-        return [tp.offset for tp in sorted(got, key=lambda tp: tp.partition)], seen
+        return seen
     finally:
         consumer.close()
 
@@ -129,8 +126,8 @@ def run_demo(
             )
 
         group = session.group("crashed")
-        read = min(_READ_BEFORE_CRASH, log_backlog)
-        committed, read = _crash(bootstrap, topic, group, [lo for lo, _ in marks], read)
+        committed = [lo for lo, _ in marks]
+        read = _crash(bootstrap, topic, group, committed, min(_READ_BEFORE_CRASH, log_backlog))
         say(
             f"[4/7] A consumer in group {group} committed the start of the backlog (offsets"
             f" {', '.join(map(str, committed))}), read {read:,} records past it, then crashed"
@@ -151,11 +148,11 @@ def run_demo(
             probe=session.probe, work_us=s.work_us, tail_s=s.tail_s, run_timeout_s=s.run_timeout_s,
         )  # fmt: skip
         say(f"[6/7] Restart (a): plain confluent_kafka.Consumer, {s.work_us:g} us of work a record")
-        plain = measure(PlainConsumer, group=plain_group)
+        plain = measure(partial(make_consumer, PLAIN), group=plain_group)
         say(_INDENT + _summary(plain))
 
         say("[7/7] Restart (b): fastrebalance.Consumer(enable.parallel.rebalance=True), same work")
-        fast = measure(_make_fast, group=fast_group)
+        fast = measure(partial(make_consumer, FAST), group=fast_group)
         say(_INDENT + _summary(fast))
 
         fresh.stop()
@@ -166,10 +163,6 @@ def run_demo(
         return DemoResult(
             s, session.description, log_backlog, plain, fast, session.wall_s, tuple(notes)
         )
-
-
-def _make_fast(conf: dict[str, Any]) -> FastConsumer:
-    return FastConsumer({**conf, "enable.parallel.rebalance": True})
 
 
 # ----------------------------------------------------------------- printing
