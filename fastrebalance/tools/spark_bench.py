@@ -6,7 +6,8 @@ per batch. Each batch that carried backlog is timed (Spark's own ``triggerExecut
 to the restart batch, which carries a few live records and is therefore almost pure fixed
 cost. The modes run interleaved and the table shows medians, so that load from other jobs
 hits every mode alike; a warm-up run comes first and is not reported, or the JVM would bill
-its JIT compilation to one mode.
+its JIT compilation to one mode (measured: a 20,000-record catch-up restart took 9.2 s as the
+first run of a session, 4.5 s as the second).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def _durations(query: Any) -> dict[int, float]:
 
 def run_mode(
     spark: Any, session: Session, mode: str, backlog: int, partitions: int, rate: float,
-    workdir: str, verbose: bool = False,
+    workdir: str,
 ) -> Result:  # fmt: skip
     from pyspark.sql import functions as F
 
@@ -181,12 +182,6 @@ def run_mode(
         live.stop()
         q.stop()
     durations, after = _durations(q), batches[seen:]
-    if verbose:
-        for p in q.recentProgress:
-            if p["numInputRows"]:
-                print(f"  batch {p['batchId']}: {p['numInputRows']} rows {p['durationMs']}")
-        for b in after:
-            print(f"  at {b.at - restart_wall:6.2f}s {b.kinds}")
     first_fresh = next(b for b in after if b.count("fresh"))
     drained_s, drain_batches, drained = math.nan, [], 0
     for b in after:
@@ -410,15 +405,11 @@ examples:
     a.option(p, "--modes", ("catchup", "plain", "plain-limited"), a.name_list(tuple(MODES)),
              "LIST", f"restart modes, any of {', '.join(MODES)} (default: {{}})")
     a.option(p, "--repeat", 1, a.number(int, 1), "N", "runs of each mode or size (default: {})")
-    a.option(p, "--warmup", 1, a.number(int, 0), "N",
-             "unreported runs first, to warm up the JVM (default: {})")
     a.option(p, "--scale", (), a.number_list(int, 1), "P,...",
              "partitions mode: the topic sizes, e.g. 4,1000 (instead of the restart benchmark)")
     a.option(p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run "
              "(default: {})")
     a.bootstrap_servers(p, "a running broker (default: an embedded one)")
-    p.add_argument("--verbose", dest="print_batches", action="store_true",
-                   help="print every batch")
     p.set_defaults(func=_command)
 
 
@@ -439,21 +430,19 @@ def _command(args: argparse.Namespace) -> int:
     sizes = args.scale
 
     def run(item: Any, warm_up: bool = False) -> Any:
-        """One run of a size (--scale) or a mode, and its line; a warm-up run is shorter."""
+        """One run of a size (--scale) or a mode, and its line; the warm-up run is shorter."""
         if sizes:
             seconds = min(args.seconds, 15) if warm_up else args.seconds
             scaled = run_scale(spark, session, item, args.rate, seconds, workdir)
             return scaled, _line(_scale_header(item), _scale_row([scaled], None))
         backlog = min(args.backlog, 200_000) if warm_up else args.backlog
-        result = run_mode(spark, session, item, backlog, args.partitions, args.rate, workdir,
-                          args.print_batches)  # fmt: skip
+        result = run_mode(spark, session, item, backlog, args.partitions, args.rate, workdir)
         return result, _line(HEADER, _row([result], []))
 
     results: list[Any] = []
     try:
         with Session("spark", args.bootstrap_servers, out=None) as session:
-            for _ in range(args.warmup):
-                print("(warm-up) " + run((sizes or args.modes)[0], warm_up=True)[1], flush=True)
+            print("(warm-up) " + run((sizes or args.modes)[0], warm_up=True)[1], flush=True)
             for _ in range(args.repeat):
                 for item in sizes or args.modes:
                     result, line = run(item)
