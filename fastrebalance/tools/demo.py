@@ -26,18 +26,11 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 from .._config import DEFAULT_LAG_THRESHOLD
-from .._consumer import Consumer as FastConsumer
 from ..testing import KafkaCluster
-from ..testing._workload import (
-    REQUEST_TIMEOUT_S,
-    FreshProducer,
-    partition_keys,
-    produce_backlog,
-    set_group_offsets,
-    watermarks,
-)
+from ..testing import _workload as wl
 from . import _args as a
-from ._runner import Out, Session, quiet
+from ._runner import FAST, PLAIN, Out, Session, quiet, ratio
+from .bench import make_consumer
 from .workload import BATCH, RunResult, format_duration, measure_restart
 
 #: Records the crashed consumer reads past its last commit before it dies.
@@ -45,7 +38,6 @@ _READ_BEFORE_CRASH = 1000
 #: Printed lines wrap here; a step's details are indented under it.
 _WIDTH = 92
 _INDENT = "      "
-_BAR = 30  # progress bar width, characters
 
 
 @dataclass(frozen=True)
@@ -80,24 +72,21 @@ class DemoResult:
         return self.plain.lost + self.fast.lost
 
 
-def _crash(
-    bootstrap: str, topic: str, group: str, start: list[int], read: int
-) -> tuple[list[int], int]:
-    """``group`` commits ``start``, reads ``read`` records past it, then dies without
-    committing them (``close()`` stands in for the crash). Returns the offsets ``group``
-    holds after the crash, and the records read uncommitted."""
-    consumer = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+def _crash(bootstrap: str, topic: str, group: str, start: list[int], read: int) -> int:
+    """``group`` commits ``start`` (checked), a member reads ``read`` records past it and
+    dies without committing them: ``close()`` with auto-commit off stands in for the
+    crash. Returns the records read uncommitted."""
+    wl.set_group_offsets(bootstrap, topic, group, start)
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    consumer = PlainConsumer(conf)
     try:
-        offsets = [TopicPartition(topic, p, offset) for p, offset in enumerate(start)]
-        consumer.assign(offsets)
-        consumer.commit(offsets=offsets, asynchronous=False)
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in enumerate(start)])
         seen, deadline = 0, time.monotonic() + 30.0
         while seen < read:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the crashing consumer read only {seen} of {read} in 30 s")
             seen += sum(1 for m in consumer.consume(BATCH, 0.1) if m.error() is None)
-        got = consumer.committed(offsets, timeout=REQUEST_TIMEOUT_S)
-        return [tp.offset for tp in sorted(got, key=lambda tp: tp.partition)], seen
+        return seen
     finally:
         consumer.close()
 
@@ -123,8 +112,8 @@ def run_demo(
         say(f"[2/7] Created topic {topic} with {s.partitions} partitions")
 
         t = time.monotonic()
-        failures = produce_backlog(bootstrap, topic, s.partitions, s.backlog)
-        marks = watermarks(session.probe, topic, s.partitions)
+        failures = wl.produce_backlog(bootstrap, topic, s.partitions, s.backlog)
+        marks = wl.watermarks(session.probe, topic, s.partitions)
         log_backlog = sum(hi - lo for lo, hi in marks)
         say(f"[3/7] Produced {s.backlog:,} records in {time.monotonic() - t:.1f} s: the backlog")
         if log_backlog < s.backlog - failures:
@@ -137,8 +126,8 @@ def run_demo(
             )
 
         group = session.group("crashed")
-        read = min(_READ_BEFORE_CRASH, log_backlog)
-        committed, read = _crash(bootstrap, topic, group, [lo for lo, _ in marks], read)
+        committed = [lo for lo, _ in marks]
+        read = _crash(bootstrap, topic, group, committed, min(_READ_BEFORE_CRASH, log_backlog))
         say(
             f"[4/7] A consumer in group {group} committed the start of the backlog (offsets"
             f" {', '.join(map(str, committed))}), read {read:,} records past it, then crashed"
@@ -146,10 +135,10 @@ def run_demo(
         )
         plain_group, fast_group = session.group("plain"), session.group("fast")
         for copy in (plain_group, fast_group):
-            set_group_offsets(bootstrap, topic, copy, committed)
+            wl.set_group_offsets(bootstrap, topic, copy, committed)
         say(f"{_INDENT}its offsets copied to {plain_group} and {fast_group} for the restarts")
 
-        fresh = FreshProducer(bootstrap, partition_keys(topic, s.partitions), s.rate)
+        fresh = wl.FreshProducer(bootstrap, wl.partition_keys(topic, s.partitions), s.rate)
         fresh.start()
         session.later(fresh.stop)
         say(f"[5/7] A producer keeps writing {s.rate:g} fresh records/s, stamped with their time")
@@ -159,23 +148,11 @@ def run_demo(
             probe=session.probe, work_us=s.work_us, tail_s=s.tail_s, run_timeout_s=s.run_timeout_s,
         )  # fmt: skip
         say(f"[6/7] Restart (a): plain confluent_kafka.Consumer, {s.work_us:g} us of work a record")
-        plain = measure("plain", PlainConsumer, group=plain_group)
+        plain = measure(partial(make_consumer, PLAIN), group=plain_group)
         say(_INDENT + _summary(plain))
 
         say("[7/7] Restart (b): fastrebalance.Consumer(enable.parallel.rebalance=True), same work")
-
-        def bar(elapsed: float, done: int, total: int, first_fresh: float | None) -> None:
-            filled = _BAR * done // total if total else _BAR
-            fresh_at = "waiting" if first_fresh is None else f"first after {first_fresh:.2f} s"
-            emit(
-                f"{_INDENT}{elapsed:5.1f} s  backlog [{'#' * filled}{'.' * (_BAR - filled)}]"
-                f" {done:,}/{total:,}  fresh records: {fresh_at}"
-            )
-
-        def make_fast(conf: dict[str, Any]) -> FastConsumer:
-            return FastConsumer({**conf, "enable.parallel.rebalance": True})
-
-        fast = measure("fastrebalance", make_fast, group=fast_group, progress=bar)
+        fast = measure(partial(make_consumer, FAST), group=fast_group)
         say(_INDENT + _summary(fast))
 
         fresh.stop()
@@ -204,7 +181,6 @@ _ROWS = (
     ("fresh latency p99", "fresh_p99_s"),
     ("backlog fully delivered after", "backlog_done_s"),
     ("fresh records delivered", "fresh_records"),
-    ("  of which behind newer ones", "fresh_out_of_order"),
     ("records checked", "expected"),
     ("duplicates", "duplicates"),
     ("lost", "lost"),
@@ -218,8 +194,7 @@ def _cells(name: str, plain: Any, fast: Any) -> list[str]:
     if name == "joined_s":
         cells[2] = ""
     elif plain and fast:
-        ratio = plain / fast
-        cells[2] = f"{ratio:.1f}x" if ratio < 100 else f"{ratio:,.0f}x"
+        cells[2] = ratio(plain / fast)
     return cells
 
 
@@ -239,15 +214,13 @@ def format_results(result: DemoResult) -> str:
         " after it, and its latency runs from produce to delivery. plain/fast above 1:"
         f" fastrebalance was that many times faster. {s.work_us:g} us of work per record,"
         f" {s.rate:g} fresh records/s, {s.partitions} partitions, {result.cluster}.",
-        "Fresh records behind newer ones were produced before fastrebalance read the log end:"
-        " its child delivers them with the backlog, so in short runs they set its p99.",
         *[f"note: {n}" for n in result.notes],
     ]
-    for r in (p, f):
+    for name, r in (("plain", p), ("fastrebalance", f)):
         if r.errors:
-            legend.append(f"note: {r.label} saw errors: {'; '.join(r.errors)}")
+            legend.append(f"note: {name} saw errors: {'; '.join(r.errors)}")
         if r.timed_out:
-            legend.append(f"note: {r.label} timed out after {s.run_timeout_s:g} s")
+            legend.append(f"note: {name} timed out after {s.run_timeout_s:g} s")
     verdict = f"lost: {result.lost}" + (
         " (every record from the committed offsets to the log end was delivered at least"
         " once, in both runs)"
@@ -297,10 +270,9 @@ examples:
 
 
 def _command(args: argparse.Namespace) -> int:
-    settings = DemoSettings(
-        backlog=args.backlog, partitions=args.partitions, rate=args.rate, work_us=args.work_us,
-        bootstrap_servers=args.bootstrap_servers, tail_s=args.tail, run_timeout_s=args.timeout,
-    )  # fmt: skip
+    same = ("backlog", "partitions", "rate", "work_us", "bootstrap_servers")
+    settings = DemoSettings(**{k: getattr(args, k) for k in same}, tail_s=args.tail,
+                            run_timeout_s=args.timeout)  # fmt: skip
     print("fastrebalance demo: KIP-333 faster rebalancing after a consumer crash\n", flush=True)
     result = run_demo(settings, out=lambda line: print(line, flush=True))
     print("\n" + format_results(result), flush=True)

@@ -65,7 +65,6 @@ class RunResult:
     ``child_alive`` is None for a plain consumer.
     """
 
-    label: str
     backlog: int
     joined_s: float | None
     first_fresh_s: float | None
@@ -86,7 +85,6 @@ class RunResult:
 
 
 def measure_restart(
-    label: str,
     make: Callable[[dict[str, Any]], Any],
     *,
     bootstrap: str,
@@ -98,7 +96,6 @@ def measure_restart(
     tail_s: float,
     run_timeout_s: float,
     window_s: float | None = None,
-    progress: Callable[[float, int, int, float | None], None] | None = None,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -110,9 +107,6 @@ def measure_restart(
     ``window_s`` limits the fresh-latency statistics to records produced within that
     many seconds of the restart, so that runs of different lengths (a plain replay of
     a million records takes far longer than fastrebalance) compare the same records.
-
-    ``progress(elapsed_s, backlog_delivered, backlog, first_fresh_s)`` is called about
-    twice a second, for a live display; it must be cheap.
     """
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
@@ -138,7 +132,6 @@ def measure_restart(
     backlog_done_s = 0.0 if backlog == 0 else None
     final_end: list[int] | None = None
     timed_out = False
-    next_progress = 0.0
     restart_wall = time.time()
     window_end = float("inf") if window_s is None else restart_wall + window_s
     t0 = time.monotonic()
@@ -186,9 +179,6 @@ def measure_restart(
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0
-            if progress is not None and elapsed >= next_progress:
-                next_progress = elapsed + 0.5
-                progress(elapsed, backlog - backlog_left, backlog, first_fresh_s)
             if backlog_done_s is not None and elapsed >= max(backlog_done_s + tail_s, min_run_s):
                 if final_end is None:
                     final_end = [high for _low, high in watermarks(probe, topic, partitions)]
@@ -214,7 +204,6 @@ def measure_restart(
         lost += n - min(n, len(arr)) + arr.count(0, 0, n)
     latencies.sort()
     return RunResult(
-        label=label,
         backlog=backlog,
         joined_s=joined[0] if joined else None,
         first_fresh_s=first_fresh_s,
