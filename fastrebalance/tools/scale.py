@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import itertools
 import json
 import queue
 import sys
@@ -37,7 +38,7 @@ from ..testing import _workload as w
 from . import _args as a
 from . import _runner as r
 from ._runner import FAST, PLAIN, Column
-from .workload import BATCH, FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
+from .workload import BATCH, CONSUME_TIMEOUT_S, FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
 
 __all__ = ["CellResult", "MemberResult", "ScaleResult", "ScaleSettings", "SeedResult",
            "add_command", "finish", "format_markdown", "member_consumer", "member_processes",
@@ -200,16 +201,11 @@ def member_consumer(spec: dict[str, Any], stats: Callable[[str], None] | None = 
 
 
 @contextlib.contextmanager
-def member_processes(module: str, specs: Sequence[dict[str, Any]]) -> Iterator[list[r.Worker]]:
-    """A worker process per member spec, killed on the way out whatever happened."""
-    workers: list[r.Worker] = []
-    try:
-        for spec in specs:
-            workers.append(r.Worker(module, spec))
-        yield workers
-    finally:
-        for worker in workers:
-            worker.close()
+def member_processes(specs: Sequence[dict[str, Any]]) -> Iterator[list[r.Worker]]:
+    """A member process (``_worker_member``) per spec, killed on the way out whatever
+    happened."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(contextlib.closing(r.Worker(_WORKER_MODULE, s))) for s in specs]
 
 
 def finish(workers: Sequence[r.Worker], timeout: float) -> list[dict[str, Any]]:
@@ -258,9 +254,13 @@ def _worker_seed(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[str,
 
 
 def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str, Any]:
-    fast = spec["consumer"] == FAST
+    """A group member: subscribes at the parent's ``go``, reports its assignment changes
+    and its first fresh record and, with ``work_us`` (groupbench), does the work and
+    reports what it processed, until ``finish``. Then a bench-scale member measures its
+    commit, memory and ``close()``; a groupbench member just closes."""
+    fast = spec["consumer"] != PLAIN
     stats = _Stats()
-    consumer = member_consumer(spec, stats if spec["stats"] else None)
+    consumer = member_consumer(spec, stats if spec.get("stats") else None)
     r.emit({"event": "ready"})
     if commands.get() != "go":
         raise RuntimeError("the parent went away before the go")
@@ -274,12 +274,13 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     assigned_s = settled_s = first_fresh_s = None
     plans: list[tuple[int, float, float]] = []
     while commands.empty():  # until "finish" (or "eof": the parent went away)
-        msgs = consumer.consume(BATCH, 0.01)
+        msgs = [m for m in consumer.consume(BATCH, spec["consume_s"]) if m.error() is None]
         now = time.monotonic() - t0
-        for m in msgs:
-            if first_fresh_s is None and m.error() is None and w.produce_time(m.value()) >= wall0:
-                first_fresh_s = now
-                r.emit({"event": "fresh", "t": now})
+        if "work_us" in spec:
+            _work(consumer, msgs, spec["backlog"], spec["work_us"] / 1e6)
+        elif first_fresh_s is None and any(w.produce_time(m.value()) >= wall0 for m in msgs):
+            first_fresh_s = now
+            r.emit({"event": "fresh", "t": now})
         if changed:
             changed.clear()
             count = len(consumer.assignment())
@@ -290,6 +291,9 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
             if plan is not None and (not plans or plans[-1][1] != plan["seconds"]):
                 plans.append((plan["partitions"], plan["seconds"], plan["read_seconds"]))
             r.emit({"event": "assignment", "t": now, "partitions": count})
+    if "work_us" in spec:
+        consumer.close()
+        return {}
     # Every backlog record delivered (the child back on standby), then the commit.
     deadline = time.monotonic() + 30.0
     while fast and time.monotonic() < deadline:
@@ -328,6 +332,27 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     )
 
 
+def _work(consumer: Any, msgs: list[Any], backlog: int, work_s: float) -> None:
+    """groupbench's work: W per record of *waiting* (as for a database write), slept once
+    per batch because a sleep of 50 us overshoots by the kernel's timer slack; then the
+    backlog offsets (below ``backlog``) and fresh latencies processed go to the parent in a
+    ``processed`` event, and an asynchronous commit."""
+    if not msgs:
+        return
+    time.sleep(len(msgs) * work_s)
+    now = time.time()
+    offsets = sorted(m.offset() for m in msgs if m.offset() < backlog)
+    spans = []
+    # backlog offsets as ranges: consecutive offsets keep offset - index constant
+    for _, run in itertools.groupby(enumerate(offsets), lambda io: io[1] - io[0]):
+        span = [o for _, o in run]
+        spans.append((span[0], span[-1] + 1))
+    fresh = [1000 * (now - w.produce_time(m.value())) for m in msgs if m.offset() >= backlog]
+    r.emit({"event": "processed", "t": now, "backlog": spans, "fresh_ms": fresh})
+    with contextlib.suppress(Exception):
+        consumer.commit(asynchronous=True)
+
+
 # -------------------------------------------------------------------- parent
 def _read_tokens(bootstrap: str, group: str, keys: Sequence[w.Key]) -> tuple[int, int]:
     """(partitions whose committed metadata is a valid range token, metadata bytes),
@@ -360,7 +385,7 @@ def _run_cell(
 ) -> tuple[MemberResult, ...]:
     """Start the members, go, wait for the group to settle and for a fresh record at
     every member, then finish them all."""
-    with member_processes(_WORKER_MODULE, [spec] * members) as workers:
+    with member_processes([spec] * members) as workers:
         for worker in workers:
             worker.wait_for("ready", 60.0)
         for worker in workers:
@@ -436,7 +461,7 @@ def run_scale(
                             "kind": "member", "consumer": consumer, "bootstrap": bootstrap,
                             "group": groups[consumer], "topics": topics, "conf": conf,
                             "fast_conf": {"parallel.rebalance.lag.threshold": s.threshold},
-                            "stats": mode == "timed",
+                            "stats": mode == "timed", "consume_s": CONSUME_TIMEOUT_S,
                         }  # fmt: skip
                         cell = CellResult(
                             topics=topics_n, partitions=len(keys), members=members,
