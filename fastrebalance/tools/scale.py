@@ -38,10 +38,10 @@ from ..testing import _workload as w
 from . import _args as a
 from . import _runner as r
 from ._runner import FAST, PLAIN, Column
-from .workload import BATCH, CONSUME_TIMEOUT_S, FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
+from .workload import BATCH, FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
 
 __all__ = ["CellResult", "MemberResult", "ScaleResult", "ScaleSettings", "SeedResult",
-           "add_command", "finish", "format_markdown", "member_consumer", "member_processes",
+           "add_command", "finish", "format_markdown", "member_processes",
            "per_partition_requests", "per_partition_senders", "run_scale"]  # fmt: skip
 
 #: Requests that a client sends on a clock, not per partition: one Fetch carries every
@@ -354,29 +354,24 @@ def _work(consumer: Any, msgs: list[Any], backlog: int, work_s: float) -> None:
 
 
 # -------------------------------------------------------------------- parent
-def _read_tokens(bootstrap: str, group: str, keys: Sequence[w.Key]) -> tuple[int, int]:
-    """(partitions whose committed metadata is a valid range token, metadata bytes),
-    read as any tool reads a group: a plain consumer's committed()."""
+def _seed(spec: dict[str, Any], keys: Sequence[w.Key]) -> SeedResult:
+    """Run the seed, then read its tokens back as any tool reads a group: a plain
+    consumer's committed()."""
     from .._token import TokenError, decode_group_token
 
-    reader = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        got = reader.committed([TopicPartition(*k) for k in keys], timeout=w.REQUEST_TIMEOUT_S)
-    finally:
-        reader.close()
-    tokens = size = 0
-    for tp in got:
-        size += len((tp.metadata or "").encode("utf-8"))
-        with contextlib.suppress(TokenError):
-            tokens += decode_group_token(tp.metadata or "") is not None
-    return tokens, size
-
-
-def _seed(spec: dict[str, Any], keys: Sequence[w.Key]) -> SeedResult:
     got = r.run_worker(_WORKER_MODULE, {**spec, "partitions": [list(k) for k in keys]}, 120.0)
     if got.pop("with_range") != len(keys):
         raise RuntimeError(f"seed: not all of {len(keys)} partitions got a catch-up range")
-    tokens, size = _read_tokens(spec["bootstrap"], spec["group"], keys)
+    reader = PlainConsumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"]})
+    try:
+        tps = reader.committed([TopicPartition(*k) for k in keys], timeout=w.REQUEST_TIMEOUT_S)
+    finally:
+        reader.close()
+    tokens = size = 0
+    for tp in tps:
+        size += len((tp.metadata or "").encode("utf-8"))
+        with contextlib.suppress(TokenError):
+            tokens += decode_group_token(tp.metadata or "") is not None
     return SeedResult(**got, tokens=tokens, metadata_bytes=size)
 
 
@@ -461,7 +456,7 @@ def run_scale(
                             "kind": "member", "consumer": consumer, "bootstrap": bootstrap,
                             "group": groups[consumer], "topics": topics, "conf": conf,
                             "fast_conf": {"parallel.rebalance.lag.threshold": s.threshold},
-                            "stats": mode == "timed", "consume_s": CONSUME_TIMEOUT_S,
+                            "stats": mode == "timed", "consume_s": 0.01,
                         }  # fmt: skip
                         cell = CellResult(
                             topics=topics_n, partitions=len(keys), members=members,
@@ -556,23 +551,18 @@ def _memory_table(s: ScaleSettings, cells: Sequence[CellResult]) -> list[str]:
     """RSS per assigned idle partition: the one-topic P-partition run against the
     few-partition one (one member each), divided by the difference in partitions."""
     rss = {(c.consumer, c.partitions): c.results[0].rss_kib for c in cells if c.mode == "memory"}
-
-    def kib(consumer: str, partitions: int) -> str:
-        got = rss.get((consumer, partitions))
-        return "-" if got is None else f"{got:,.0f} KiB"
-
-    def per(consumer: str) -> float | None:
-        big, few = rss.get((consumer, s.partitions)), rss.get((consumer, s.few))
-        return None if big is None or few is None else (big - few) / (s.partitions - s.few)
-
-    def kib_per(consumer: str) -> str:
-        got = per(consumer)
-        return "-" if got is None else f"{got:,.2f} KiB"
-
-    rows = [[c, kib(c, s.partitions), kib(c, s.few), kib_per(c)] for c in (PLAIN, FAST)]
-    rows.append(["fastrebalance ÷ plain", "", "", r.ratio(r.div(per(FAST), per(PLAIN)))])
+    rows, per = [], {}
+    for c in (PLAIN, FAST):
+        big, few = rss.get((c, s.partitions)), rss.get((c, s.few))
+        per[c] = None if big is None or few is None else (big - few) / (s.partitions - s.few)
+        rows.append([c, _kib(big, ",.0f"), _kib(few, ",.0f"), _kib(per[c], ",.2f")])
+    rows.append(["fastrebalance ÷ plain", "", "", r.ratio(r.div(per[FAST], per[PLAIN]))])
     header = ["consumer", f"RSS, {s.partitions:,} partitions", f"RSS, {s.few}", "RSS per partition"]
     return r.md_table(header, rows)
+
+
+def _kib(value: float | None, spec: str) -> str:
+    return "-" if value is None else f"{value:{spec}} KiB"
 
 
 def _flagged(cell: CellResult, handle: str) -> list[str]:
