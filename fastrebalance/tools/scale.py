@@ -7,8 +7,8 @@ plans every partition and commits its start offsets, which stores a range token 
 every partition, and exits without processing (a crash). B more records follow, so the
 restart plans a second backlog on top of the token's.
 
-The member processes are shared with ``groupbench``: ``member_consumer`` builds a
-member's consumer from its spec, ``member_processes`` and ``finish`` run them.
+The member processes (``_worker_member``, started by ``member_processes``, ended by
+``finish``) are ``groupbench``'s too: there they also do the work and report it.
 
 Thread ownership: each consumer handle belongs to the main thread of its worker
 process; the fresh producer's handle to its own thread; every other handle to the
