@@ -7,8 +7,8 @@ plans every partition and commits its start offsets, which stores a range token 
 every partition, and exits without processing (a crash). B more records follow, so the
 restart plans a second backlog on top of the token's.
 
-The member processes are shared with ``groupbench``: ``member_consumer`` builds a
-member's consumer from its spec, ``member_processes`` and ``finish`` run them.
+The member processes (``_worker_member``, started by ``member_processes``, ended by
+``finish``) are ``groupbench``'s too: there they also do the work and report it.
 
 Thread ownership: each consumer handle belongs to the main thread of its worker
 process; the fresh producer's handle to its own thread; every other handle to the
@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import itertools
 import json
 import queue
 import sys
@@ -40,7 +41,7 @@ from ._runner import FAST, PLAIN, Column
 from .workload import BATCH, FETCH_WAIT_MS, SESSION_TIMEOUT_MS, format_duration
 
 __all__ = ["CellResult", "MemberResult", "ScaleResult", "ScaleSettings", "SeedResult",
-           "add_command", "finish", "format_markdown", "member_consumer", "member_processes",
+           "add_command", "finish", "format_markdown", "member_processes",
            "per_partition_requests", "per_partition_senders", "run_scale"]  # fmt: skip
 
 #: Requests that a client sends on a clock, not per partition: one Fetch carries every
@@ -200,16 +201,11 @@ def member_consumer(spec: dict[str, Any], stats: Callable[[str], None] | None = 
 
 
 @contextlib.contextmanager
-def member_processes(module: str, specs: Sequence[dict[str, Any]]) -> Iterator[list[r.Worker]]:
-    """A worker process per member spec, killed on the way out whatever happened."""
-    workers: list[r.Worker] = []
-    try:
-        for spec in specs:
-            workers.append(r.Worker(module, spec))
-        yield workers
-    finally:
-        for worker in workers:
-            worker.close()
+def member_processes(specs: Sequence[dict[str, Any]]) -> Iterator[list[r.Worker]]:
+    """A member process (``_worker_member``) per spec, killed on the way out whatever
+    happened."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(contextlib.closing(r.Worker(_WORKER_MODULE, s))) for s in specs]
 
 
 def finish(workers: Sequence[r.Worker], timeout: float) -> list[dict[str, Any]]:
@@ -258,9 +254,13 @@ def _worker_seed(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[str,
 
 
 def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str, Any]:
-    fast = spec["consumer"] == FAST
+    """A group member: subscribes at the parent's ``go``, reports its assignment changes
+    and its first fresh record and, with ``work_us`` (groupbench), does the work and
+    reports what it processed, until ``finish``. Then a bench-scale member measures its
+    commit, memory and ``close()``; a groupbench member just closes."""
+    fast = spec["consumer"] != PLAIN
     stats = _Stats()
-    consumer = member_consumer(spec, stats if spec["stats"] else None)
+    consumer = member_consumer(spec, stats if spec.get("stats") else None)
     r.emit({"event": "ready"})
     if commands.get() != "go":
         raise RuntimeError("the parent went away before the go")
@@ -274,12 +274,13 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     assigned_s = settled_s = first_fresh_s = None
     plans: list[tuple[int, float, float]] = []
     while commands.empty():  # until "finish" (or "eof": the parent went away)
-        msgs = consumer.consume(BATCH, 0.01)
+        msgs = [m for m in consumer.consume(BATCH, spec["consume_s"]) if m.error() is None]
         now = time.monotonic() - t0
-        for m in msgs:
-            if first_fresh_s is None and m.error() is None and w.produce_time(m.value()) >= wall0:
-                first_fresh_s = now
-                r.emit({"event": "fresh", "t": now})
+        if "work_us" in spec:
+            _work(consumer, msgs, spec["backlog"], spec["work_us"] / 1e6)
+        elif first_fresh_s is None and any(w.produce_time(m.value()) >= wall0 for m in msgs):
+            first_fresh_s = now
+            r.emit({"event": "fresh", "t": now})
         if changed:
             changed.clear()
             count = len(consumer.assignment())
@@ -290,6 +291,9 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
             if plan is not None and (not plans or plans[-1][1] != plan["seconds"]):
                 plans.append((plan["partitions"], plan["seconds"], plan["read_seconds"]))
             r.emit({"event": "assignment", "t": now, "partitions": count})
+    if "work_us" in spec:
+        consumer.close()
+        return {}
     # Every backlog record delivered (the child back on standby), then the commit.
     deadline = time.monotonic() + 30.0
     while fast and time.monotonic() < deadline:
@@ -328,30 +332,46 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     )
 
 
+def _work(consumer: Any, msgs: list[Any], backlog: int, work_s: float) -> None:
+    """groupbench's work: W per record of *waiting* (as for a database write), slept once
+    per batch because a sleep of 50 us overshoots by the kernel's timer slack; then the
+    backlog offsets (below ``backlog``) and fresh latencies processed go to the parent in a
+    ``processed`` event, and an asynchronous commit."""
+    if not msgs:
+        return
+    time.sleep(len(msgs) * work_s)
+    now = time.time()
+    offsets = sorted(m.offset() for m in msgs if m.offset() < backlog)
+    spans = []
+    # backlog offsets as ranges: consecutive offsets keep offset - index constant
+    for _, run in itertools.groupby(enumerate(offsets), lambda io: io[1] - io[0]):
+        span = [o for _, o in run]
+        spans.append((span[0], span[-1] + 1))
+    fresh = [1000 * (now - w.produce_time(m.value())) for m in msgs if m.offset() >= backlog]
+    r.emit({"event": "processed", "t": now, "backlog": spans, "fresh_ms": fresh})
+    with contextlib.suppress(Exception):
+        consumer.commit(asynchronous=True)
+
+
 # -------------------------------------------------------------------- parent
-def _read_tokens(bootstrap: str, group: str, keys: Sequence[w.Key]) -> tuple[int, int]:
-    """(partitions whose committed metadata is a valid range token, metadata bytes),
-    read as any tool reads a group: a plain consumer's committed()."""
+def _seed(spec: dict[str, Any], keys: Sequence[w.Key]) -> SeedResult:
+    """Run the seed, then read its tokens back as any tool reads a group: a plain
+    consumer's committed()."""
     from .._token import TokenError, decode_group_token
 
-    reader = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        got = reader.committed([TopicPartition(*k) for k in keys], timeout=w.REQUEST_TIMEOUT_S)
-    finally:
-        reader.close()
-    tokens = size = 0
-    for tp in got:
-        size += len((tp.metadata or "").encode("utf-8"))
-        with contextlib.suppress(TokenError):
-            tokens += decode_group_token(tp.metadata or "") is not None
-    return tokens, size
-
-
-def _seed(spec: dict[str, Any], keys: Sequence[w.Key]) -> SeedResult:
     got = r.run_worker(_WORKER_MODULE, {**spec, "partitions": [list(k) for k in keys]}, 120.0)
     if got.pop("with_range") != len(keys):
         raise RuntimeError(f"seed: not all of {len(keys)} partitions got a catch-up range")
-    tokens, size = _read_tokens(spec["bootstrap"], spec["group"], keys)
+    reader = PlainConsumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"]})
+    try:
+        tps = reader.committed([TopicPartition(*k) for k in keys], timeout=w.REQUEST_TIMEOUT_S)
+    finally:
+        reader.close()
+    tokens = size = 0
+    for tp in tps:
+        size += len((tp.metadata or "").encode("utf-8"))
+        with contextlib.suppress(TokenError):
+            tokens += decode_group_token(tp.metadata or "") is not None
     return SeedResult(**got, tokens=tokens, metadata_bytes=size)
 
 
@@ -360,7 +380,7 @@ def _run_cell(
 ) -> tuple[MemberResult, ...]:
     """Start the members, go, wait for the group to settle and for a fresh record at
     every member, then finish them all."""
-    with member_processes(_WORKER_MODULE, [spec] * members) as workers:
+    with member_processes([spec] * members) as workers:
         for worker in workers:
             worker.wait_for("ready", 60.0)
         for worker in workers:
@@ -436,7 +456,7 @@ def run_scale(
                             "kind": "member", "consumer": consumer, "bootstrap": bootstrap,
                             "group": groups[consumer], "topics": topics, "conf": conf,
                             "fast_conf": {"parallel.rebalance.lag.threshold": s.threshold},
-                            "stats": mode == "timed",
+                            "stats": mode == "timed", "consume_s": 0.01,
                         }  # fmt: skip
                         cell = CellResult(
                             topics=topics_n, partitions=len(keys), members=members,
@@ -531,23 +551,18 @@ def _memory_table(s: ScaleSettings, cells: Sequence[CellResult]) -> list[str]:
     """RSS per assigned idle partition: the one-topic P-partition run against the
     few-partition one (one member each), divided by the difference in partitions."""
     rss = {(c.consumer, c.partitions): c.results[0].rss_kib for c in cells if c.mode == "memory"}
-
-    def kib(consumer: str, partitions: int) -> str:
-        got = rss.get((consumer, partitions))
-        return "-" if got is None else f"{got:,.0f} KiB"
-
-    def per(consumer: str) -> float | None:
-        big, few = rss.get((consumer, s.partitions)), rss.get((consumer, s.few))
-        return None if big is None or few is None else (big - few) / (s.partitions - s.few)
-
-    def kib_per(consumer: str) -> str:
-        got = per(consumer)
-        return "-" if got is None else f"{got:,.2f} KiB"
-
-    rows = [[c, kib(c, s.partitions), kib(c, s.few), kib_per(c)] for c in (PLAIN, FAST)]
-    rows.append(["fastrebalance ÷ plain", "", "", r.ratio(r.div(per(FAST), per(PLAIN)))])
+    rows, per = [], {}
+    for c in (PLAIN, FAST):
+        big, few = rss.get((c, s.partitions)), rss.get((c, s.few))
+        per[c] = None if big is None or few is None else (big - few) / (s.partitions - s.few)
+        rows.append([c, _kib(big, ",.0f"), _kib(few, ",.0f"), _kib(per[c], ",.2f")])
+    rows.append(["fastrebalance ÷ plain", "", "", r.ratio(r.div(per[FAST], per[PLAIN]))])
     header = ["consumer", f"RSS, {s.partitions:,} partitions", f"RSS, {s.few}", "RSS per partition"]
     return r.md_table(header, rows)
+
+
+def _kib(value: float | None, spec: str) -> str:
+    return "-" if value is None else f"{value:{spec}} KiB"
 
 
 def _flagged(cell: CellResult, handle: str) -> list[str]:
