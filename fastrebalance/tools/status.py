@@ -541,7 +541,7 @@ examples:
     a.option(p, "--interval", 2.0, a.positive(), "SECONDS",
              "seconds between --watch refreshes (default: {})")
     a.option(p, "--count", None, a.number(int, 1), "N",
-             "with --watch, stop after N refreshes (default: until Ctrl-C)")
+             "with --watch or --prometheus, stop after N refreshes (default: until Ctrl-C)")
     a.timeout(p, 10.0, "give up on an unanswered request after this long (default: {})")
     p.add_argument("-X", dest="config", action="append", type=a.config_pair, default=[],
                    metavar="KEY=VALUE", help="a librdkafka property for the admin client "
@@ -553,6 +553,11 @@ examples:
 
 
 def _command(args: argparse.Namespace) -> int:
+    repeat = args.watch or args.prometheus is not None
+    if args.count is not None and not repeat:
+        return _usage("--count needs --watch or --prometheus (a snapshot is one read)")
+    if args.json and args.prometheus is not None:
+        return _usage("--json does not apply to --prometheus (the metrics are served instead)")
     try:
         reader = StatusReader(
             args.bootstrap_servers, args.group, topics=args.topic,
@@ -582,12 +587,17 @@ def _command(args: argparse.Namespace) -> int:
 
     refresh()
     try:  # Ctrl-C is the normal end of a watch: the last refresh says how it went
-        while (args.watch or args.prometheus) and len(codes) != args.count:
+        while repeat and len(codes) != args.count:
             time.sleep(args.interval)
             refresh()
     except KeyboardInterrupt:
         pass
     return codes[-1]
+
+
+def _usage(message: str) -> int:
+    print(f"fastrebalance status: {message}", file=sys.stderr)
+    return a.EXIT_USAGE
 
 
 def _printer(args: argparse.Namespace) -> Callable[[GroupStatus, bool], None]:

@@ -85,6 +85,23 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture) -> 
     assert "usage:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (["--count", "2"], "--count needs --watch or --prometheus"),
+        (["--json", "--prometheus", "9101"], "--json does not apply to --prometheus"),
+    ],
+)
+def test_options_that_would_be_ignored_are_usage_errors(
+    extra: list[str], why: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Both were silently ignored (a snapshot printed once; metrics served, --json
+    dropped): found by the adversary of the tools cut. Nothing is read: no cluster here."""
+    assert main(["status", "-b", "127.0.0.1:9", "-g", "g", *extra]) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and why in err
+
+
 def test_a_property_librdkafka_rejects_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:
     argv = ["status", "-b", "127.0.0.1:9", "-g", "g", "-X", "no.such.property=1"]
     assert main(argv) == EXIT_USAGE
