@@ -531,7 +531,7 @@ examples:
              "records each steady-state run reads (default: {})")
     p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
                    help="which scenario to run (default: all; group: group-wide catch-up, 1-3 "
-                   "member processes, python -m fastrebalance.tools.groupbench run --help)")
+                   "member processes, docs/benchmarks.md)")
     a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
                         "topics and groups are deleted afterwards")
     a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
