@@ -113,8 +113,8 @@ def name_list(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     """An argparse ``type=`` for a comma-separated choice of ``allowed``."""
 
     def parse(text: str) -> tuple[str, ...]:
-        got = tuple(n.strip() for n in text.split(",") if n.strip())
-        if not got or any(n not in allowed for n in got):
+        got = tuple(n.strip() for n in text.split(","))
+        if not all(got) or any(n not in allowed for n in got):
             raise argparse.ArgumentTypeError(
                 f"{text!r}: expected a comma-separated list of {', '.join(allowed)}"
             )

@@ -86,9 +86,10 @@ class Session:
         self._stack.callback(self.probe.close)
         return self
 
-    def __exit__(self, kind: Any, *_: Any) -> None:
+    def __exit__(self, *_: Any) -> None:
+        # Also after Ctrl-C or an error: the help of every command promises the cleanup.
         try:
-            if kind is None and self._owned_external and (self.topics or self.groups):
+            if self._owned_external and (self.topics or self.groups):
                 cleanup(self.bootstrap, self.topics, self.groups)
         finally:
             self._stack.close()
@@ -259,11 +260,19 @@ def revive(cls: type[R], fields: dict[str, Any]) -> R:
 
 
 WorkerKind = Callable[[dict[str, Any], "queue.Queue[str]"], dict[str, Any]]
+#: A worker still running this long after its parent went away exits: a recovery run
+#: reads no command and would otherwise go on to its run timeout (minutes).
+_ORPHAN_GRACE_S = 10.0
 
 
 def worker_main(kinds: dict[str, WorkerKind]) -> int:
     """A worker process's life: read the spec, run its kind (which may wait for more
-    commands on the queue), write the result."""
+    commands on the queue), write the result. Only as ``python -m MODULE --worker``: run
+    by hand, the module says what it is instead of exiting 0 having done nothing."""
+    if sys.argv[1:] != ["--worker"]:
+        print("this module is a benchmark's worker process (--worker), started by the "
+              "fastrebalance command; see fastrebalance --help", file=sys.stderr)  # fmt: skip
+        return 2
     commands: queue.Queue[str] = queue.Queue()
     threading.Thread(
         target=_commands, args=(sys.stdin, commands), name="commands", daemon=True
@@ -274,10 +283,14 @@ def worker_main(kinds: dict[str, WorkerKind]) -> int:
 
 
 def _commands(stream: IO[str], into: queue.Queue[str]) -> None:
-    """The parent's commands, one a line (this thread touches no Kafka handle)."""
+    """The parent's commands, one a line (this thread touches no Kafka handle). End of
+    input means the parent is gone: members finish on "eof"; whatever still runs after
+    ``_ORPHAN_GRACE_S`` is ended."""
     for line in stream:
         into.put(line.strip())
     into.put("eof")
+    time.sleep(_ORPHAN_GRACE_S)
+    os._exit(3)
 
 
 def emit(event: dict[str, Any]) -> None:

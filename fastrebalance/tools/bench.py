@@ -509,7 +509,7 @@ def add_command(commands: a.Commands) -> None:
 examples:
   fastrebalance bench                                   # everything, ~10 min on 2 cores
   fastrebalance bench --backlogs 10000,100000 --reps 1 --duration 5
-  fastrebalance bench --scenario steady --reps 5
+  fastrebalance bench --scenario steady --steady-reps 5
   fastrebalance bench --bootstrap-servers localhost:9092 --markdown bench.md
 """,
     )
@@ -531,7 +531,7 @@ examples:
              "records each steady-state run reads (default: {})")
     p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
                    help="which scenario to run (default: all; group: group-wide catch-up, 1-3 "
-                   "member processes, docs/benchmarks.md)")
+                   "member processes, python -m fastrebalance.tools.groupbench run --help)")
     a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
                         "topics and groups are deleted afterwards")
     a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
@@ -559,5 +559,5 @@ def _command(args: argparse.Namespace) -> int:
     return a.EXIT_OK if result.ok else a.EXIT_CHECK_FAILED
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+if __name__ == "__main__":
     sys.exit(_runner.worker_main({"recovery": _worker_recovery, "throughput": _worker_throughput}))

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import itertools
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,15 +27,19 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from .._config import CLAIMS_TOPIC_SUFFIX
 from .._ranges import RangeSet
 from ..testing._workload import FreshProducer, set_group_offsets
 from . import _args as a
 from ._runner import Session, Worker, div, ratio
 from .scale import finish, member_processes
 
-__all__ = ["GroupRun", "format_table", "run_from_args", "run_group_bench"]
+__all__ = ["GroupRun", "add_command", "format_table", "main", "run_from_args", "run_group_bench"]
 
 KINDS = ("plain", "catchup", "group")
+#: The issue's proof: what ``fastrebalance bench --scenario group`` runs.
+DEFAULTS = {"backlog": 300_000, "work_us": 50.0, "members": (1, 2, 3), "kinds": KINDS,
+            "chunk": 10_000}  # fmt: skip
 
 
 @dataclass
@@ -200,16 +205,64 @@ def format_table(runs: list[GroupRun], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------ the command
+def add_command(commands: a.Commands) -> None:
+    """``python -m fastrebalance.tools.groupbench run``: the options ``fastrebalance bench
+    --scenario group`` leaves at the defaults of the issue's proof."""
+    p = a.command(commands, "run", "group-wide catch-up", [
+        "One partition's backlog drained by 1, 2 and 3 member processes, three ways: plain "
+        "confluent-kafka, per-member catch-up, group-wide catch-up (docs/benchmarks.md)."
+    ])  # fmt: skip
+    d = DEFAULTS
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one")
+    a.option(p, "--backlog", d["backlog"], a.number(int, 1), "N", "backlog records (default: {})")
+    a.option(p, "--work-us", d["work_us"], a.number(float, 0), "W",
+             "waiting work per record, microseconds (default: {})")
+    a.option(p, "--members", d["members"], a.number_list(int, 1), "N,...",
+             "member processes, one run each (default: {})")
+    a.option(p, "--kinds", KINDS, a.name_list(KINDS), "LIST", "kinds to run (default: {})")
+    a.rate(p, 200, "fresh records per second (default: {})")
+    a.option(p, "--chunk", d["chunk"], a.number(int, 1), "N",
+             "parallel.rebalance.group.chunk.records (default: {})")
+    a.timeout(p, 300.0, "give up on a drain after this long (default: {})")
+    a.report_files(p)
+    p.set_defaults(func=run_from_args)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
-    """``fastrebalance bench --scenario group``: bench's ``--rate``, ``--timeout`` and
-    cluster, ``run_group_bench``'s defaults for the rest."""
-    words = a.spelled(args, ("rate", "timeout", "bootstrap_servers"))
-    command = " ".join(["fastrebalance bench --scenario group", *words])
-    print(f"fastrebalance group bench: {command}", flush=True)
+    """The ``run`` command, and ``fastrebalance bench --scenario group``: bench's own
+    namespace gives ``rate``, ``timeout`` and the cluster, ``DEFAULTS`` the rest. The
+    printed command names every value used, so that either one is reproduced."""
+    o = vars(args) if args.command == "run" else {**vars(args), **DEFAULTS}
+    shown = ("backlog", "work_us", "members", "kinds", "rate", "chunk", "timeout")
+    words = [f"--{k.replace('_', '-')} {a.word(o[k])}" for k in shown]
     with Session("gbench", args.bootstrap_servers) as session:
+        command = " ".join(["python -m fastrebalance.tools.groupbench run", *words])
+        if args.bootstrap_servers:
+            command += f" --bootstrap-servers {session.bootstrap}"
+        print(f"fastrebalance group bench: {command}", flush=True)
+
+        def create(topic: str, partitions: int) -> None:
+            """The cluster's own, registered for the session's cleanup with what the
+            members make of it (topic and group share the name)."""
+            session.cluster.create_topic(topic, partitions)
+            session.topics += [topic, topic + CLAIMS_TOPIC_SUFFIX]
+            session.groups += [topic, f"{topic}.catchup"]
+
         runs = run_group_bench(
-            session.bootstrap, rate=args.rate, timeout_s=args.timeout,
-            out=lambda line: print(line, flush=True), create=session.cluster.create_topic,
+            session.bootstrap, backlog=o["backlog"], work_us=float(o["work_us"]),
+            member_counts=o["members"], kinds=o["kinds"], rate=o["rate"], chunk=o["chunk"],
+            timeout_s=o["timeout"], out=lambda line: print(line, flush=True), create=create,
         )  # fmt: skip
     a.write_report(args, format_table(runs, command), runs)
     return a.EXIT_OK if all(r.drain_s is not None for r in runs) else a.EXIT_CHECK_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fastrebalance.tools.groupbench")
+    add_command(parser.add_subparsers(dest="command", required=True))
+    return a.run(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

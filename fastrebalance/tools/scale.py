@@ -709,5 +709,5 @@ def _command(args: argparse.Namespace) -> int:
     return a.EXIT_CHECK_FAILED if failed else a.EXIT_OK
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+if __name__ == "__main__":
     sys.exit(r.worker_main({"seed": _worker_seed, "member": _worker_member}))

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from fastrebalance.testing import KafkaCluster
+from fastrebalance.tools import _runner
+from fastrebalance.tools._runner import Worker
 from fastrebalance.tools.bench import (
     FAST,
     LOOPS,
@@ -26,6 +28,7 @@ from fastrebalance.tools.bench import (
     run_bench,
 )
 from fastrebalance.tools.cli import EXIT_OK, EXIT_USAGE, main
+from fastrebalance.tools.groupbench import main as group_main
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +111,44 @@ def test_benchmarks_script_is_the_cli_command() -> None:
     )
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "--backlogs" in proc.stdout and "fastrebalance bench" in proc.stdout
+
+
+def test_a_worker_module_run_by_hand_says_what_it_is() -> None:
+    # it exited 0 having done nothing, and `groupbench run` (its command) looked the same
+    for module in ("fastrebalance.tools.bench", "fastrebalance.tools.scale"):
+        proc = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert proc.returncode == EXIT_USAGE and "worker" in proc.stderr, (module, proc)
+    assert group_main([]) == EXIT_USAGE  # groupbench's own command line: `run` is required
+
+
+def test_an_orphaned_worker_exits_soon_after_its_parent() -> None:
+    # A recovery or throughput run reads no command: orphaned by a SIGKILLed parent, it ran
+    # on to its run timeout (300 s). Here: a throughput run waiting for a cluster that does
+    # not answer, with a 600 s timeout, whose parent goes away (its stdin ends).
+    spec = {"kind": "throughput", "bootstrap": "127.0.0.1:1", "topic": "t",
+            "groups": {"raw": "g"}, "variants": ["raw"], "loop": "poll", "records": 10,
+            "run_timeout_s": 600.0}  # fmt: skip
+    worker = Worker("fastrebalance.tools.bench", spec)
+    try:
+        assert worker.next_event(2.0) is None  # running, waiting for its first record
+        assert worker.proc.stdin is not None
+        worker.proc.stdin.close()
+        assert worker.proc.wait(timeout=60) == 3
+    finally:
+        worker.close()
+
+
+def test_the_session_cleans_up_a_named_cluster_after_ctrl_c(
+    kafka_cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it cleaned up only after a run without an exception: Ctrl-C left the topics and groups
+    calls: list[tuple[list[str], list[str]]] = []
+    monkeypatch.setattr(_runner, "cleanup", lambda _b, t, g: calls.append((list(t), list(g))))
+    with pytest.raises(KeyboardInterrupt), _runner.Session(
+        "smoke", kafka_cluster.bootstrap_servers, out=None
+    ) as session:
+        session.topics.append("a-topic")  # as session.topic() registers what it makes
+        group = session.group("g")
+        raise KeyboardInterrupt
+    assert calls == [(["a-topic"], [group, f"{group}.catchup"])]

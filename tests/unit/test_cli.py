@@ -77,6 +77,7 @@ def test_every_command_has_help_with_exit_codes(capsys: pytest.CaptureFixture) -
         ["bench", "--rate", "inf"],
         ["bench", "--backlogs", "5000,,6000"],  # an empty item was dropped silently
         ["bench", "--backlogs", "5000,"],
+        ["bench-spark", "--modes", "catchup,,plain"],
         ["nosuchcommand"],
     ],
 )
