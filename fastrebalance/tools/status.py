@@ -48,6 +48,9 @@ JSON_SCHEMA_VERSION = 1
 _rdlog = logging.getLogger("fastrebalance.status.librdkafka")
 log = logging.getLogger("fastrebalance.status")
 
+#: Seconds between the refreshes of --watch and --prometheus.
+_INTERVAL_S = 2.0
+
 #: The state column (docs/cli.md "Partition states"); a token shows its ranges instead.
 _KIND_TEXT = {
     "none": "no committed offset",
@@ -346,10 +349,18 @@ class StatusReader:
             g, c = found.get(key, _NO_COMMIT), child.get(key, _NO_COMMIT)
             marks = (low.get(key), high.get(key))
             parts.append(partition_status(*key, g.offset, g.metadata, c.offset, c.metadata, *marks))
+        chunks = self._chunks()
+        for c in chunks or ():
+            # A chunk outside every pending range was offered by an owner that died before
+            # its plan reached the group's commit: a restart plans those offsets again.
+            c["in_commit"] = any(
+                p.topic == c["topic"] and p.partition == c["partition"]
+                and r.start <= c["start"] and c["end"] <= r.end
+                for p in parts for r in p.ranges
+            )  # fmt: skip
         return GroupStatus(
-            self.group, self.catchup_group, self.bootstrap_servers, tuple(parts), taken_at,
-            self._chunks(),
-        )  # fmt: skip
+            self.group, self.catchup_group, self.bootstrap_servers, tuple(parts), taken_at, chunks
+        )
 
     def _committed(
         self, group: str, partitions: list[tuple[str, int]] | None
@@ -495,6 +506,10 @@ def format_status(status: GroupStatus, *, bar_width: int = 20, ascii_only: bool 
     if status.chunks is not None:
         held = sum(1 for c in status.chunks if c["state"] == "held")
         lines += ["", f"group-wide catch-up: {len(status.chunks)} open chunks, {held} held"]
+        outside = sum(1 for c in status.chunks if not c["in_commit"])
+        if outside:
+            lines.append(f"  {outside} of them in no pending range of the group's commit (their "
+                         "owner died before committing its plan): a restart plans them again")
         for c in status.chunks[:20]:
             span = f"{c['topic']} [{c['partition']}] [{c['start']:,}, {c['end']:,})"
             lines.append(f"  {span}  {c['state']:<7} {c['holder'] or '-'}")
@@ -538,8 +553,8 @@ examples:
                    help="print JSON for machines (with --watch: one JSON document per line)")
     p.add_argument("--watch", "-w", action="store_true",
                    help="refresh until Ctrl-C, tracking each range's progress, rate and ETA")
-    a.option(p, "--interval", 2.0, a.positive(), "SECONDS",
-             "seconds between --watch refreshes (default: {})")
+    a.option(p, "--interval", None, a.positive(), "SECONDS",
+             f"seconds between --watch or --prometheus refreshes (default: {_INTERVAL_S:g})")
     a.option(p, "--count", None, a.number(int, 1), "N",
              "with --watch or --prometheus, stop after N refreshes (default: until Ctrl-C)")
     a.timeout(p, 10.0, "give up on an unanswered request after this long (default: {})")
@@ -554,8 +569,9 @@ examples:
 
 def _command(args: argparse.Namespace) -> int:
     repeat = args.watch or args.prometheus is not None
-    if args.count is not None and not repeat:
-        return _usage("--count needs --watch or --prometheus (a snapshot is one read)")
+    for name in ("count", "interval"):
+        if getattr(args, name) is not None and not repeat:
+            return _usage(f"--{name} needs --watch or --prometheus (a snapshot is one read)")
     if args.json and args.prometheus is not None:
         return _usage("--json does not apply to --prometheus (the metrics are served instead)")
     try:
@@ -588,7 +604,7 @@ def _command(args: argparse.Namespace) -> int:
     refresh()
     try:  # Ctrl-C is the normal end of a watch: the last refresh says how it went
         while repeat and len(codes) != args.count:
-            time.sleep(args.interval)
+            time.sleep(args.interval or _INTERVAL_S)
             refresh()
     except KeyboardInterrupt:
         pass

@@ -183,7 +183,7 @@ def test_untrustworthy_token_exits_1(kafka_cluster, topic_factory, unique_group,
 
 
 def test_chunks_of_a_group_whose_members_all_died_show_expired(
-    kafka_cluster, topic_factory, unique_group
+    kafka_cluster, topic_factory, unique_group, capsys
 ) -> None:
     """The claims log's time is its newest record's: with every member dead nobody writes,
     so it judged a holder silent for a minute (or a day) live. Found by an adversary:
@@ -209,3 +209,12 @@ def test_chunks_of_a_group_whose_members_all_died_show_expired(
     assert chunks is not None
     states = {(c["start"], c["end"]): (c["holder"], c["state"]) for c in chunks}
     assert states == {(5, 8): ("dead-member", "expired"), (8, 10): (None, "free")}
+    # The group's commit is a plain offset (the owner died before its plan's token), so no
+    # range is pending: status said "no catch-up pending" above these chunks, unexplained.
+    assert [c["in_commit"] for c in chunks] == [False, False]
+    assert main(_status_argv(kafka_cluster, unique_group)) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "2 of them in no pending range of the group's commit" in out
+    text, _ = encode_group_token(GroupToken(10, ((5, 10),)))  # the owner's plan, committed
+    _plain_commit(bs, unique_group, topic, 5, text)
+    assert [c["in_commit"] for c in read_status(bs, unique_group).chunks or ()] == [True, True]

@@ -90,6 +90,7 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture) -> 
     ("extra", "why"),
     [
         (["--count", "2"], "--count needs --watch or --prometheus"),
+        (["--interval", "5"], "--interval needs --watch or --prometheus"),
         (["--json", "--prometheus", "9101"], "--json does not apply to --prometheus"),
     ],
 )
