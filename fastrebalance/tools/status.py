@@ -350,12 +350,12 @@ class StatusReader:
             marks = (low.get(key), high.get(key))
             parts.append(partition_status(*key, g.offset, g.metadata, c.offset, c.metadata, *marks))
         chunks = self._chunks()
-        for c in chunks or ():
+        for ch in chunks or ():
             # A chunk outside every pending range was offered by an owner that died before
             # its plan reached the group's commit: a restart plans those offsets again.
-            c["in_commit"] = any(
-                p.topic == c["topic"] and p.partition == c["partition"]
-                and r.start <= c["start"] and c["end"] <= r.end
+            ch["in_commit"] = any(
+                (p.topic, p.partition) == (ch["topic"], ch["partition"])
+                and r.start <= ch["start"] and ch["end"] <= r.end
                 for p in parts for r in p.ranges
             )  # fmt: skip
         return GroupStatus(
@@ -508,8 +508,10 @@ def format_status(status: GroupStatus, *, bar_width: int = 20, ascii_only: bool 
         lines += ["", f"group-wide catch-up: {len(status.chunks)} open chunks, {held} held"]
         outside = sum(1 for c in status.chunks if not c["in_commit"])
         if outside:
-            lines.append(f"  {outside} of them in no pending range of the group's commit (their "
-                         "owner died before committing its plan): a restart plans them again")
+            lines.append(
+                f"  {outside} of them in no pending range of the group's commit (their "
+                "owner died before committing its plan): a restart plans them again"
+            )
         for c in status.chunks[:20]:
             span = f"{c['topic']} [{c['partition']}] [{c['start']:,}, {c['end']:,})"
             lines.append(f"  {span}  {c['state']:<7} {c['holder'] or '-'}")
