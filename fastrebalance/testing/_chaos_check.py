@@ -36,6 +36,7 @@ __all__ = [
     "format_line",
     "format_summary",
     "parse_line",
+    "percentile",
     "percentiles",
     "read_logs",
     "read_topic",
@@ -256,20 +257,23 @@ def check_samples(
     return problems
 
 
+def percentile(ordered: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of sorted values: always a value that was really measured
+    (None: no values). The project's one definition, for every report."""
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q * len(ordered) / 100 - 1e-9))  # 99.9% of 1000: 999th
+    return ordered[rank - 1]
+
+
 def percentiles(
     values: list[float], points: Sequence[float] = (50, 90, 99, 99.9)
 ) -> dict[str, float]:
     """Nearest-rank percentiles plus max; empty input gives NaNs."""
-    if not values:
-        return {**{f"p{q:g}": math.nan for q in points}, "max": math.nan, "n": 0}
     ordered = sorted(values)
-    out: dict[str, float] = {}
-    for q in points:
-        rank = max(1, math.ceil(q * len(ordered) / 100 - 1e-9))  # 99.9% of 1000: 999th
-        out[f"p{q:g}"] = ordered[rank - 1]
-    out["max"] = ordered[-1]
-    out["n"] = len(ordered)
-    return out
+    out = {f"p{q:g}": percentile(ordered, q) for q in points}
+    out |= {"max": ordered[-1] if ordered else None, "n": len(ordered)}
+    return {k: math.nan if v is None else v for k, v in out.items()}
 
 
 def check(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import statistics
 import sys
 import time
 import uuid
@@ -29,6 +28,7 @@ from confluent_kafka import Producer
 
 from .._config import CLAIMS_TOPIC_SUFFIX
 from .._ranges import RangeSet
+from ..testing._chaos_check import percentile
 from ..testing._workload import FreshProducer, set_group_offsets
 from . import _args as a
 from ._runner import Session, Worker, div, ratio
@@ -138,14 +138,14 @@ def _run_one(
     # fresh records produced once the group reads (before, the group's join held them:
     # the same for every kind, and part of the backlog plan)
     first = done.first
-    fresh_ms = sorted(lat for at, lat in done.fresh if first and at >= first)
+    fresh_ms = sorted(round(lat, 1) for at, lat in done.fresh if first and at >= first)
     return GroupRun(
         kind=kind,
         members=members,
         drain_s=round(done.last - first, 2) if drained and first else None,
         start_s=round(first - began, 2) if first else None,
-        fresh_p50_ms=round(statistics.median(fresh_ms), 1) if fresh_ms else None,
-        fresh_p99_ms=round(fresh_ms[int(0.99 * (len(fresh_ms) - 1))], 1) if fresh_ms else None,
+        fresh_p50_ms=percentile(fresh_ms, 50),
+        fresh_p99_ms=percentile(fresh_ms, 99),
         fresh=len(fresh_ms),
         shares=done.shares,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer as PlainConsumer
 
+from ..testing._chaos_check import percentile
 from ..testing._workload import produce_time, watermarks
 
 #: Records asked per consume() call: every measured consumer uses the same loop and batch.
@@ -36,14 +37,6 @@ def busy(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile: always a value that was really measured."""
-    if not sorted_values:
-        return None
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[int(rank) - 1]
 
 
 def format_duration(seconds: float | None) -> str:

@@ -34,6 +34,7 @@ from fastrebalance.testing._chaos_check import (
     claimed_intervals,
     format_line,
     parse_line,
+    percentile,
     percentiles,
     read_logs,
 )
@@ -154,6 +155,10 @@ def test_percentiles() -> None:
     p = percentiles([float(v) for v in values])
     assert (p["p50"], p["p99"], p["p99.9"], p["max"], p["n"]) == (500, 990, 999, 1000, 1000)
     assert percentiles([])["n"] == 0
+    # the one definition every report uses: a measured value, never an interpolation
+    assert (percentile([1.0, 2.0], 50), percentile([1.0, 2.0], 99), percentile([], 50)) == (
+        1.0, 2.0, None,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
