@@ -7,9 +7,9 @@ asynchronous pipelines that commit late) die at random moments, while their chil
 backlog range, while a commit is in flight, and while they join. The harness checks
 at-least-once delivery and that the group's committed offset, sampled every 0.5 s with a
 plain consumer, never ran ahead of what the workers had durably processed (for the bare
-offset and for the claim the range token plus the child checkpoint make). The
-cooperative-protocol variant with every kind of fault is ``test_chaos.py``; both on a loaded
-machine: ``test_chaos_loaded.py``.
+offset and for the claim the range token plus the child checkpoint make). Each kind at
+least once, while two busy processes (``cpu_hog``) load the machine, as in ``test_chaos.py``
+(the cooperative-protocol slice with every kind of fault).
 
 The seed is printed; ``FASTREBALANCE_CRASH_SEED`` replays one.
 """
@@ -24,13 +24,13 @@ import pytest
 
 from fastrebalance.testing._chaos import KILL_FAULTS, ChaosSettings
 
-from .test_chaos import current_test, run_and_check
+from .test_chaos import CPU_HOG, current_test, run_and_check
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def sigkill_settings(tmp_path: Path, **overrides: Any) -> ChaosSettings:
-    """The slice: 2 KIP-848 members, 4 partitions, the four SIGKILL kinds."""
+    """The slice: 2 KIP-848 members, 4 partitions, the four SIGKILL kinds, a loaded machine."""
     env = os.environ.get("FASTREBALANCE_CRASH_SEED")
     settings = ChaosSettings(
         duration_s=float(os.environ.get("FASTREBALANCE_CRASH_SECONDS", 25)),
@@ -44,6 +44,8 @@ def sigkill_settings(tmp_path: Path, **overrides: Any) -> ChaosSettings:
         faults=KILL_FAULTS,
         min_faults=6,
         fault_gap_s=(1.5, 4.0),
+        every_fault=True,
+        cpu_hog=CPU_HOG,
         workdir=tmp_path,
     )
     for name, value in overrides.items():
@@ -56,4 +58,4 @@ def test_sigkill_chaos_kip848_loses_nothing(kip848_cluster: Any, tmp_path: Path)
     result = run_and_check(
         settings, kip848_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
     )
-    assert set(result.faults) <= set(KILL_FAULTS)
+    assert set(result.faults) == set(KILL_FAULTS), result.faults
