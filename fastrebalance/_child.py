@@ -122,7 +122,8 @@ def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
         raise KafkaException(
             KafkaError(
                 KafkaError._TIMED_OUT,
-                f"{what} did not complete within {timeout_s:g}s: the broker is unreachable",
+                f"{what} did not complete within {timeout_s:g}s: the broker did not answer in"
+                " time (unreachable, or still working through earlier requests)",
             )
         )
     ok, value = outcome[0]

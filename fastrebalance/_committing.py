@@ -135,7 +135,8 @@ class Committer:
         return history.record_claim(offset)
 
     def _offset_changes(self, offsets: list[TopicPartition]) -> dict[Key, Change]:
-        """commit(offsets=)/store_offsets(offsets=): each offset is a position of the
+        """commit(offsets=)/store_offsets(offsets=): an offset just after a record a child
+        handed out claims as that record's commit would; any other is a position of the
         primary's stream (see _routing.Epoch.position_claim), and a rewind below it."""
         changes: dict[Key, Change] = {}
         for t in offsets:
@@ -165,11 +166,16 @@ class Committer:
                 continue
             change = changes.setdefault(key, Change())
             change.metadata = t.metadata or ""
+            if history is not None:
+                self._delivery.observe([key])
+                claim = history.child_offset_claim(t.offset)
+                if claim is not None:  # after a backlog record: as commit(message=) of it
+                    change.claims.append(claim)
+                    continue
             change.rewind = t.offset
             if history is None:
                 change.position = t.offset
                 continue
-            self._delivery.observe([key])
             claim = history.position_claim(t.offset)
             if claim is not None:
                 change.claims.append(claim)
@@ -177,10 +183,11 @@ class Committer:
             if not self._warned_offsets and a is not None and t.offset in a.ledger.ranges:
                 self._warned_offsets = True
                 log.warning(
-                    "%s [%d]: commit(offsets=) at %d, inside a pending backlog range, is a "
-                    "position of the primary's stream (a rewind): it cannot say which backlog "
-                    "records were processed. Commit backlog records with commit(message=), "
-                    "store_offsets(message=) or commit() (logged once)",
+                    "%s [%d]: offset %d (commit or store_offsets), inside a pending backlog "
+                    "range and after no record the child handed out, is a position of the "
+                    "primary's stream (a rewind): it cannot say which backlog records were "
+                    "processed. Commit backlog records by message, by the offset after one, "
+                    "or with commit() (logged once)",
                     *key,
                     t.offset,
                 )

@@ -316,8 +316,10 @@ class Consumer:
         """Commit processed offsets; each claim follows the stream it came from.
 
         ``message``: that record and every record its stream delivered before it.
-        ``offsets``: positions of the primary's stream (a backlog record is committed by
-        message); a lower offset than before is a rewind, honoured. Nothing: everything
+        ``offsets``: an offset just after a record the child handed out commits that
+        record as ``message`` would (unless the primary was at that offset: its start);
+        any other is a position of the primary's stream, and a lower one than before a
+        rewind, honoured. Nothing: everything
         both streams handed out. The user's group always stores the *safe* offset (lowest
         unprocessed) with the rest in a range token; works for partitions that already
         left the assignment too. A synchronous commit returns within ``socket.timeout.ms``.
@@ -325,6 +327,8 @@ class Consumer:
         Returns:
             For a synchronous commit, the partitions as the group stored them.
         """
+        if self._closed:  # confluent-kafka's error, not "nothing to commit"
+            raise RuntimeError("Consumer closed")
         return self._committer.commit(message, offsets, asynchronous)
 
     def commit_sync(

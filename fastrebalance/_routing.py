@@ -19,10 +19,14 @@ commit is attributed by looking the offset up in that history:
   ``[run start, o]``: backlog is only ever claimed by records actually delivered;
 * a record several streams delivered claims only what they all agree on; a record no
   remembered stream delivered claims itself alone;
-* an offset (``commit(offsets=)``) is a position of the current assignment's primary:
-  it claims what the primary's record just below it would, and nothing if the primary
-  did not hand that out (a backlog record cannot be told processed from an offset alone,
-  nor an offset from an earlier assignment from a rewind).
+* an offset ``n`` (``commit(offsets=)``) whose record ``n - 1`` a child handed out
+  claims what ``commit(message=)`` of that record would: the textbook
+  ``commit(offsets=[TopicPartition(t, p, m.offset() + 1)])`` of a backlog record. Plain
+  Kafka reads it as "everything below n is processed": this claims a part of that. Unless
+  ``n`` is also a position the primary was at (its start: the end of the backlog);
+* any other offset is a position of the current assignment's primary: it claims what the
+  primary's record just below it would, and nothing if the primary did not hand that out
+  (an offset from an earlier assignment cannot be told from a rewind).
 
 Everything here is the user's thread's (no lock), like the handles beside it.
 """
@@ -285,14 +289,30 @@ class History:
             return Claim(offset, offset + 1, exact=False)
         return _intersection(claims)
 
+    def child_offset_claim(self, offset: int) -> Claim | None:
+        """What ``commit(offsets=[offset])`` claims when a child handed out the record at
+        ``offset - 1``: what committing that record would (None: no child did). It is no
+        rewind: the offset follows a backlog record, below the primary's stream."""
+        last, epoch = offset - 1, self.latest
+        if last in self.forgotten or not any(
+            run.holds(last) for e in self.epochs for run in e.child
+        ):
+            return None
+        if epoch is not None and any(r.start <= offset <= r.next for r in epoch.primary):
+            # also a position the primary was at: its start, right above the backlog (the
+            # application committing position()), or after a seek back into the backlog.
+            # Which one is meant cannot be told: what the primary's reading claims (nothing
+            # there, and a rewind) is true either way
+            return None
+        return self.record_claim(last)
+
     def position_claim(self, offset: int) -> Claim | None:
         """What ``commit(offsets=[offset])`` claims: a position of the primary of the
         current assignment (or of the last one, once the partition has left), see
         ``Epoch.position_claim``. An offset carries no record, so nothing tells it came
         from an earlier assignment rather than being a rewind: it claims nothing there
         (a rewind claims nothing). Nothing either if a child handed out ``offset - 1``:
-        the offset may come from that record, and an offset of the child's claims
-        nothing."""
+        that is ``child_offset_claim``'s."""
         last = offset - 1
         epoch = self.latest
         if epoch is None or last in self.forgotten or any(

@@ -25,7 +25,7 @@ committed offset may only cover records already durable in some log. Three behav
   becomes true and made 0-30 s later, so it often lands after its partition was revoked or
   lost, or in a later assignment of it. The commits stay true under Kafka's contract as the
   library documents it (see ``HandedLog``): ``commit(message=m)`` (synchronous or not), or
-  ``commit(offsets=[m.offset() + 1])`` for a record the primary delivered, only once ``m``
+  ``commit(offsets=[m.offset() + 1])`` (either stream's record), only once ``m``
   and every record handed out before ``m`` on its partition (in delivery order, whatever
   the stream) is durable; a bare ``commit()`` only when everything handed out is durable
   (the pipeline stops consuming and drains every 0.3-3 s for that).
@@ -532,8 +532,9 @@ class HandedLog:
 
     This is what keeps the async pipeline's commits true: the library attributes
     ``commit(message=m)`` to the stream that delivered ``m`` and claims ``m`` and what
-    that stream handed out before it (docs/design.md), and ``commit(offsets=[o + 1])`` to
-    the primary's records below ``o + 1``; both are true once every record handed out
+    that stream handed out before it (docs/design.md), and ``commit(offsets=[o + 1])`` as
+    the commit of the record at ``o`` if a child handed it out, else to the primary's
+    records below ``o + 1``; both are true once every record handed out
     before ``m`` on its partition, whichever stream and assignment delivered it, is
     durable. ``make_durable`` returns, per partition, the latest record for which that
     holds (the *frontier*); a record stays durable, so a frontier stays committable.
@@ -678,7 +679,7 @@ class AsyncWorker(Worker):
             else:  # across a rebalance or two
                 delay = self.rng.uniform(4.0, 30.0)
             k = self.rng.random()
-            if e.stream == "f" and k < 0.15:
+            if k < 0.15:
                 kind = "offsets"
             elif k < 0.5:
                 kind = "message_sync"

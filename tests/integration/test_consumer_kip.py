@@ -141,6 +141,41 @@ def test_commit_routing_and_committed_during_and_after(kafka_cluster, regained, 
     assert group_metadata(bs, unique_group, topic) == (130, "")
 
 
+@pytest.mark.parametrize("how", ["commit", "store"])
+def test_commit_by_offset_after_each_record_moves_the_group_past_the_backlog(
+    kafka_cluster, regained, unique_group, how
+):
+    """The textbook commit(offsets=[TopicPartition(t, p, m.offset() + 1)]) after each record
+    (or store_offsets(offsets=) and a bare commit). An offset after a backlog record was a
+    position of the primary below its start, so a rewind: the group stayed at the backlog's
+    start for good and every clean restart read the backlog again, grown by what the last
+    rewind left (adversary: 0 / 5000 / 7000 records re-read in three restarts; now 0 / 1 /
+    1, the backlog's last record, below)."""
+    bs = kafka_cluster.bootstrap_servers
+    c, topic = regained(120, 70, **({"enable.auto.offset.store": False} if how == "store" else {}))
+    produce(bs, topic, 10, start=120)
+    got = drain(c, lambda ms: len(ms) >= 60)
+    assert sorted(m.offset() for m in got) == list(range(70, 130))
+    for m in got:  # fresh records first, then the backlog: each offset lower than the last
+        offsets = [TopicPartition(topic, 0, m.offset() + 1)]
+        if how == "commit":
+            c.commit(offsets=offsets, asynchronous=False)
+        else:
+            c.store_offsets(offsets=offsets)
+    if how == "store":
+        c.commit(asynchronous=False)
+    # All but the last backlog record: its offset + 1, 120, is also where the primary
+    # started (an application committing position() says 120 too), so it claims nothing
+    assert group_offsets(bs, unique_group, topic) == [119]
+    assert c.catchup_status()[(topic, 0)].pending_ranges == ((119, 120),)
+    if how == "commit":  # (with store_offsets, a bare commit writes what was stored)
+        c.commit(asynchronous=False)
+        assert group_offsets(bs, unique_group, topic) == [130]
+    c.close()
+    with pytest.raises(RuntimeError, match="Consumer closed"):  # as confluent-kafka's
+        c.commit(asynchronous=False)
+
+
 def test_user_metadata_survives_the_token(kafka_cluster, regained):
     c, topic = regained(120, 70)
     produce(kafka_cluster.bootstrap_servers, topic, 5, start=120)

@@ -19,7 +19,8 @@ Checks:
   S1  after every step: the offset Kafka stores for the group (read by a plain AdminClient) never
       passes a produced record that is neither processed nor dismissed, nor the log end;
   R   (assign scenario) right after a successful synchronous commit(offsets=[n]) the stored
-      offset is <= n (at or past F the primary's position becomes n; below F it is a rewind);
+      offset is <= n (at or past F the primary's position becomes n; below F it is a rewind,
+      unless n follows a record handed out below F: a commit of that record);
   S2  at the end every driver is SIGKILLed, a fresh fastrebalance.Consumer (mode on) assigns the
       topic, and every produced record neither processed nor dismissed must be delivered;
   and every delivered record must be the one produced at that offset.
@@ -33,11 +34,14 @@ fault), as /work/notes/semantics.md defines them:
   (m and what the stream that delivered m delivered before it, in that assignment).
 * commit(offsets=[n]) / store_offsets(offsets=[n]) claim [F, n) when n >= F, nothing when n < F,
   F being where the primary started in the partition's current (or last) assignment in this
-  process. The test does not see F; it keeps a lower bound L <= F per assignment (see
-  ``_lower_bound_of_start``) and commits n only when [L, n) is processed or dismissed. So any
-  n <= L (a rewind, the primary's start, an offset of a record from an earlier assignment) is
-  allowed, even above records it holds unprocessed (``OFFSETS_BELOW_START_CLAIM_NOTHING``).
-  Never for a partition this process never had.
+  process, except when a child handed out the record at n - 1: then n claims what
+  commit(message=) of that record would, and is no rewind. The test does not see F; it keeps a
+  lower bound L <= F per assignment (see ``_lower_bound_of_start``) and commits n only when
+  [L, n) is processed or dismissed. So any n <= L (a rewind, the primary's start, an offset of a
+  record from an earlier assignment) is allowed, even above records it holds unprocessed
+  (``OFFSETS_BELOW_START_CLAIM_NOTHING``). And if the process was handed the record at n - 1,
+  that record must be eligible as for commit(message=). Never for a partition this process
+  never had.
 * bare commit() with enable.auto.offset.store=true: only when every record the process was handed
   is processed or dismissed. With enable.auto.offset.store=false a bare commit() commits what was
   stored (as librdkafka does), so it is always allowed
@@ -568,7 +572,21 @@ class ModelMachine(RuleBasedStateMachine):
         cands = {0, low, high, self.stored.get(p, 0), self.log_end(p)}
         for _h, o in d.deliveries.get(p, []):
             cands.update((o, o + 1))
-        return sorted(n for n in cands if 0 <= n <= high)
+        # n just after a record this process was handed: the child's, maybe, and then it
+        # claims what commit(message=) of that record would (docs/design.md), from the child's
+        # run start, which may lie below L (a catch-up over before the test saw it): allowed
+        # only if that record's first delivery is in the processed prefix (eligible_messages)
+        seq = d.deliveries.get(p, [])
+        prefix = next((i for i, (_h, o) in enumerate(seq) if not self.ok(p, o)), len(seq))
+        first: dict[int, int] = {}
+        for i, (_h, o) in enumerate(seq):
+            first.setdefault(o, i)
+        return sorted(n for n in cands if 0 <= n <= high and first.get(n - 1, -1) < prefix)
+
+    def follows_a_delivery(self, d: DriverProc, p: int, n: int) -> bool:
+        """commit(offsets=[n]) just after a record ``d`` was handed: the child's, maybe, and
+        then a commit of that record, no rewind (docs/design.md)."""
+        return any(o == n - 1 for _h, o in d.deliveries.get(p, []))
 
     def bare_commit_allowed(self, d: DriverProc) -> bool:
         """With auto store: everything handed out is processed. With store_offsets(): always
@@ -862,6 +880,7 @@ class ModelMachine(RuleBasedStateMachine):
             "rewind_check" not in DISABLED
             and not self.SUBSCRIBE
             and not a.asynchronous
+            and not self.follows_a_delivery(d, p, n)
             and answer.get("ok")
             and all(err is None for _, _, err in answer.get("result") or [])
         ):

@@ -171,6 +171,24 @@ def test_a_forward_seek_skips_fresh_records_as_a_plain_consumer_does() -> None:
     assert history.record_claim(205) == Claim(120, 206)
 
 
+def test_an_offset_after_a_child_record_claims_as_that_record_unless_the_primary_was_there() -> (
+    None
+):
+    _, history, epoch = kip_session(70, 120)
+    child = epoch.child_run(70)
+    hand(child, 70, 120)
+    epoch.live.advance(130)
+    # commit(offsets=[m.offset() + 1]) of the child's record 89: commit(message=) of it
+    assert history.child_offset_claim(90) == Claim(70, 90, child=True)
+    # 120 follows the backlog's last record, and is where the primary started: position()
+    # after the assignment said 120 too, and that claims nothing of the backlog
+    assert history.child_offset_claim(120) is None
+    assert history.position_claim(120) is None
+    # an offset after no child record: the primary's position
+    assert history.child_offset_claim(126) is None
+    assert history.position_claim(126) == Claim(120, 126)
+
+
 def test_forgotten_assignments_make_their_records_claim_themselves_alone() -> None:
     history = History()
     first = history.begin(100, 100)
@@ -394,10 +412,11 @@ class OnePartition(RuleBasedStateMachine):
         if catch_up:  # a synchronous application: everything it holds is processed first
             self.process(True, 0, len(self.done))
         if kind == "rewind":
-            # an offset whose record no primary of this process handed out (a rewind, or
-            # an offset of the child's) claims nothing: the application may commit any
+            # an offset whose record nobody of this process handed out (a rewind) claims
+            # nothing: the application may commit any (after a child's record it claims
+            # what committing that record would: the "offset" kind's)
             offset = pick % 400
-            handed = {o for o, stream, _ in self.deliveries if stream == "p"}
+            handed = {o for o, _, _ in self.deliveries}
             if offset - 1 not in handed and offset - 1 not in self.markers:
                 self.commit_position(offset, metadata)
             return
@@ -420,10 +439,14 @@ class OnePartition(RuleBasedStateMachine):
             self.commit_position(offset + 1, metadata)
 
     def commit_position(self, offset: int, metadata: str) -> None:
+        """As the facade's commit(offsets=) (``_committing._offset_changes``)."""
         self.observe()
-        claim = self.history.position_claim(offset)
+        claim = self.history.child_offset_claim(offset)
         change = Change([claim] if claim is not None else [])
-        change.rewind = offset
+        if claim is None:
+            claim = self.history.position_claim(offset)
+            change = Change([claim] if claim is not None else [])
+            change.rewind = offset
         change.metadata = metadata
         ledger = self.ledger_for_commit()
         if ledger.position is None:
