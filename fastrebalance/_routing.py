@@ -23,7 +23,7 @@ commit is attributed by looking the offset up in that history:
   claims what ``commit(message=)`` of that record would: the textbook
   ``commit(offsets=[TopicPartition(t, p, m.offset() + 1)])`` of a backlog record. Plain
   Kafka reads it as "everything below n is processed": this claims a part of that. Unless
-  ``n`` is also a position the primary was at (its start: the end of the backlog);
+  ``n`` is also a position a primary was at (its start: the end of the backlog);
 * any other offset is a position of the current assignment's primary: it claims what the
   primary's record just below it would, and nothing if the primary did not hand that out
   (an offset from an earlier assignment cannot be told from a rewind).
@@ -293,16 +293,19 @@ class History:
         """What ``commit(offsets=[offset])`` claims when a child handed out the record at
         ``offset - 1``: what committing that record would (None: no child did). It is no
         rewind: the offset follows a backlog record, below the primary's stream."""
-        last, epoch = offset - 1, self.latest
+        last = offset - 1
         if last in self.forgotten or not any(
             run.holds(last) for e in self.epochs for run in e.child
         ):
             return None
-        if epoch is not None and any(r.start <= offset <= r.next for r in epoch.primary):
-            # also a position the primary was at: its start, right above the backlog (the
-            # application committing position()), or after a seek back into the backlog.
-            # Which one is meant cannot be told: what the primary's reading claims (nothing
-            # there, and a rewind) is true either way
+        if offset in self.forgotten or any(
+            r.start <= offset and (r.bound is None or offset <= max(r.bound, r.next))
+            for e in self.epochs for r in e.primary
+        ):  # fmt: skip
+            # also a position a primary was at, in this assignment or an earlier one: its
+            # start, right above the backlog (the application committing position()), or
+            # after a seek back into the backlog. Which one is meant cannot be told: what
+            # the primary's reading claims (nothing there, and a rewind) is true either way
             return None
         return self.record_claim(last)
 

@@ -187,6 +187,13 @@ def test_an_offset_after_a_child_record_claims_as_that_record_unless_the_primary
     # an offset after no child record: the primary's position
     assert history.child_offset_claim(126) is None
     assert history.position_claim(126) == Claim(120, 126)
+    # regained later with the log at 150, everything from 70 pending again: 120 was where a
+    # primary started (an application may still hold that position()), 110 was not
+    epoch.close()
+    again = history.begin(150, 150)
+    hand(again.child_run(70), 70, 150)
+    assert history.child_offset_claim(120) is None
+    assert history.child_offset_claim(110) == Claim(70, 110, child=True)
 
 
 def test_forgotten_assignments_make_their_records_claim_themselves_alone() -> None:
