@@ -299,7 +299,7 @@ class History:
         ):
             return None
         if offset in self.forgotten or any(
-            r.start <= offset and (r.bound is None or offset <= max(r.bound, r.next))
+            r.start <= offset and (r.bound is None or offset <= r.bound)  # bound >= next
             for e in self.epochs for r in e.primary
         ):  # fmt: skip
             # also a position a primary was at, in this assignment or an earlier one: its
