@@ -132,9 +132,13 @@ class Assignments:
         try:
             # confluent-kafka calls on_revoke when no on_lost is given: so do we
             user_cb = self.callbacks[2] or self.callbacks[1]
-            if user_cb is not None:
-                user_cb(self._owner, partitions)
             keys = [_key(t) for t in partitions]
+            if user_cb is not None:
+                self._committer.lost = frozenset(keys)
+                try:
+                    user_cb(self._owner, partitions)
+                finally:
+                    self._committer.lost = frozenset()
             if self._settings.auto_commit:
                 # The group commit would be fenced; the child's own log still accepts
                 # its checkpoints, so the next owner resumes the backlog from there.

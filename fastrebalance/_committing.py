@@ -95,6 +95,10 @@ class Committer:
         self._settings = settings
         self._commit_timeout_s = commit_timeout_s
         self._warned_offsets = False
+        #: the partitions of the on_lost callback being served: the group no longer counts
+        #: this member as their owner, and under the consumer protocol (KIP-848) the broker
+        #: still accepts an explicit OffsetCommit from it, so only we can refuse the write
+        self.lost: frozenset[Key] = frozenset()
         self._timer: threading.Timer | None = None
         self._stopped = False
         # Exactly-once: each open transaction's claims, by its producer (applied once it
@@ -238,6 +242,7 @@ class Committer:
                 KafkaError(KafkaError._INVALID_ARG, "commit() takes message or offsets, not both")
             )
         self.refuse_outside_transactions("commit()")
+        self._refuse_lost(message, offsets)
         helped = False
         if self._group is not None and offsets is None:
             helped = self._commit_chunks(message, asynchronous)
@@ -258,6 +263,30 @@ class Committer:
             return self._write(changes, asynchronous)
         finally:
             self._reporter.publish()
+
+    def _refuse_lost(
+        self, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> None:
+        """Inside on_lost, as confluent-kafka: a bare commit() raises _ASSIGNMENT_LOST, and
+        so does one that names a lost partition (the classic protocol's broker refuses it as
+        a fenced member's; the consumer protocol's took it, overwriting the offset and token
+        the partition's new owner wrote)."""
+        if not self.lost:
+            return
+        if message is not None:
+            named = {record_of(message)[0]}
+        elif offsets is not None:
+            named = {(t.topic, t.partition) for t in offsets}
+        else:
+            named = set(self.lost)
+        if named & self.lost:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._ASSIGNMENT_LOST,
+                    "commit() inside on_lost: these partitions are no longer this member's "
+                    "and their offsets are not written (the group has a new owner)",
+                )
+            )
 
     # -- group-wide catch-up: chunk records are committed in the helper's own path ------------
     def _commit_chunks(self, message: Message | None, asynchronous: bool) -> bool:

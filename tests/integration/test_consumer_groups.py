@@ -189,3 +189,49 @@ def test_long_timeout_serves_a_catchup_started_inside_it(
         assert elapsed < 30, f"the backlog waited {elapsed:.1f}s of the 60 s timeout"
     finally:
         c.close()
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_commit_inside_on_lost_is_refused(kafka_cluster, topic_factory, unique_group, protocol):
+    """The Java ``onPartitionsLost`` pattern: a member stalls past ``max.poll.interval.ms``
+    and its ``on_lost`` calls ``commit()``. confluent-kafka raises ``_ASSIGNMENT_LOST``; so
+    must we, and the group's offset must stay where it was. Under the consumer protocol
+    the broker accepts the stalled member's explicit OffsetCommit (Apache Kafka 4: the
+    group offset went 0 -> 50,800 before the fix), so the refusal is the client's."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 3000)
+    _seed_commits(bs, unique_group, topic, {0: 0})  # [0, 3000) is the child's backlog
+    conf = {**_conf(bs, unique_group, protocol), "max.poll.interval.ms": 2500}
+    if "session.timeout.ms" in conf:  # classic: not above max.poll.interval.ms
+        conf["session.timeout.ms"] = 2000
+    c = Consumer(conf)
+    outcomes: list = []
+
+    def on_lost(consumer, partitions):
+        for call in (
+            lambda: consumer.commit(asynchronous=False),
+            lambda: consumer.commit(message=handed[-1], asynchronous=False),
+        ):
+            try:
+                call()
+                outcomes.append("written")
+            except KafkaException as exc:
+                outcomes.append(exc.args[0].code())
+
+    handed: list = []
+    c.subscribe([topic], on_lost=on_lost)
+    try:
+        deadline = time.monotonic() + 30
+        while len(handed) < 500:
+            assert time.monotonic() < deadline, len(handed)
+            handed += [m for m in c.consume(100, 0.2) if m.error() is None]
+        time.sleep(4.0)  # the stall itself: past max.poll.interval.ms, the group drops us
+        deadline = time.monotonic() + 60
+        while not outcomes:
+            assert time.monotonic() < deadline, "on_lost never ran"
+            c.poll(0.2)
+        assert outcomes == [KafkaError._ASSIGNMENT_LOST, KafkaError._ASSIGNMENT_LOST]
+        assert group_offsets(bs, unique_group, topic) == [0]
+    finally:
+        c.close()
