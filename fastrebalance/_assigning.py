@@ -153,6 +153,7 @@ class Assignments:
         starts to the primary, open the planned partitions, defer the others."""
         if incremental:
             self._refuse_as_librdkafka(partitions, assigned=True)
+        self._delivery.credit_returned()  # before any run of these partitions begins
         began = time.monotonic()
         readings = self._read(list(partitions))
         read_s = time.monotonic() - began
@@ -387,6 +388,7 @@ class Assignments:
         history stays, for late commits), stop the child, and never return their records
         from the call under way."""
         keys = list(keys)
+        self._delivery.credit_returned()
         self._delivery.observe(keys, leaving=True)
         epochs = self._p.retire(keys)
         if not epochs:

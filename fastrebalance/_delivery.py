@@ -44,6 +44,9 @@ log = logging.getLogger("fastrebalance.consumer")
 #: While both streams have records, at least one delivered record in this many
 #: comes from the child: fresh records keep priority, the backlog never starves.
 CHILD_SHARE = 8
+#: Records the primary's consume() returned that are kept for a revoke inside a later
+#: consume() (see ``credit_returned``) before the primary's position is read instead.
+_RETURNED_MAX = 4096
 #: Longest single wait on the primary while the child may have records, seconds.
 _SLICE_S = 0.01
 #: Longest single wait on the primary when the child is idle: a rebalance inside
@@ -99,6 +102,12 @@ class Delivery:
         #: been handed: inside the primary's consume() (records collected for the batch),
         #: and while close() drains the last rebalance (records fetched, then dropped).
         self.untrusted_position = False
+        # The batches the primary's consume() returned since its position was last read
+        # outside one, and how many records they hold: inside the next consume() the
+        # position also counts the batch being collected, and these say what the earlier
+        # calls surely handed out (a reference per call on the hot path, no per-record work).
+        self._returned: list[list[Message]] = []
+        self._returned_n = 0
         # Records handed to a wrapper (fastrebalance.aio) that has not given them to the
         # application yet, counted per (topic, partition, offset): no bare commit claims
         # them. Added by the thread making the call, removed by the wrapper's event loop
@@ -222,7 +231,41 @@ class Delivery:
             msgs = [m for m in msgs if (m.topic(), m.partition()) not in p.deferred]
         if p.unresolved:
             self._resolve(msgs)
+        if msgs:
+            self._returned.append(msgs)
+            self._returned_n += len(msgs)
+            if self._returned_n > _RETURNED_MAX:
+                # outside the call the position is exact: it covers every batch kept
+                self.observe(list(p.assigned))
+                self._returned, self._returned_n = [], 0
         return msgs
+
+    def credit_returned(self) -> None:
+        """Record in the live runs what earlier consume() calls returned, then forget them.
+
+        Needed where the position cannot say it (a revoke served inside a later consume():
+        the position there counts the batch being collected too, so it only widens a run,
+        and a bare commit in on_revoke claimed nothing the previous calls had returned:
+        the next owner delivered those records again), and before a run changes (a seek,
+        an assignment), so that no record is credited to a run that did not hand it out."""
+        if not self._returned:
+            return
+        reached: dict[Key, int] = {}
+        for batch in self._returned:
+            for m in batch:
+                topic, partition, offset = m.topic(), m.partition(), m.offset()
+                if topic is None or partition is None or offset is None or m.error():
+                    continue
+                key = (topic, partition)
+                reached[key] = max(reached.get(key, -1), offset + 1)
+        self._returned, self._returned_n = [], 0
+        for key, offset in reached.items():
+            a = self._p.assigned.get(key)
+            if a is None:
+                continue
+            live = a.epoch.live
+            if live.start != UNKNOWN_START and live.start < offset:
+                live.advance(offset)
 
     def _consume_slow(self, num: int, timeout: float | None) -> list[Message]:
         if not isinstance(num, int) or num < 1:
@@ -310,6 +353,8 @@ class Delivery:
         it is only an upper bound of what was handed out. ``leaving``: the partition leaves
         the assignment, and librdkafka may already have forgotten its position (-1001 in a
         revoke callback): the run may then reach the log end it had fetched up to."""
+        if self.untrusted_position:
+            self.credit_returned()
         assigned = self._p.assigned
         keys = [k for k in keys if k in assigned]
         if not keys:
@@ -405,6 +450,7 @@ class Delivery:
             return
         a = p.assigned.get(key)
         if a is not None:
+            self.credit_returned()
             self.observe([key])
         self._primary.seek(partition)
         if a is None:
