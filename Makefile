@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-kafka lint docs clean
+.PHONY: demo test test-kafka test-kafka4 _suite lint docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,20 +22,54 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs/mkdocs.yml
 
-test: $(STAMP) lint
-	$(PY) -m pytest -q -ra --durations=15
+# Two pytest-xdist workers (tests/conftest.py says why and what never runs side by side),
+# then the tests marked alone, which load the machine themselves, in one process. WORKERS=0
+# runs everything in one process.
+WORKERS ?= 2
+XDIST := $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup)
+PYTEST := $(PY) -m pytest -q -ra --durations=15
 
-# The same suite against a real Apache Kafka started from a local distribution (the project's
-# kafka-up/kafka-down scripts, as in ../shared/kafka), stopped and wiped afterwards. Tests that
-# pause or stop a broker start their own from it. Any other broker: FASTREBALANCE_TEST_BOOTSTRAP.
+# $(1): a marker expression (empty: every test), $(2): paths. Both runs happen; the recipe
+# fails if either did (pytest's 5, "no test selected", is not a failure here).
+define suite
+	@$(PYTEST) $(XDIST) -m "not alone$(if $(1), and ($(1)))" $(2); a=$$?; \
+	$(PYTEST) -m "alone$(if $(1), and ($(1)))" $(2); b=$$?; \
+	for rc in $$a $$b; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
+endef
+
+test: $(STAMP) lint
+	$(call suite,,)
+
+# The suite's broker-facing part against a real Apache Kafka started from a local distribution
+# (its kafka-up/kafka-down scripts, as in ../shared/kafka), stopped and wiped afterwards; tests
+# that pause or stop a broker start their own from it. The unit tests and the docs check do
+# not touch a broker: make test ran them. Any other broker: FASTREBALANCE_TEST_BOOTSTRAP.
+#   test-kafka:  Apache Kafka 3.9, tests/integration;
+#   test-kafka4: Apache Kafka 4 with the consumer protocol, the tests marked kafka4 (their
+#                behaviour depends on the group protocol or the broker generation).
 KAFKA_HOME ?= ../shared/kafka
 KAFKA_PORT ?= 19092
+KAFKA4_HOME ?= ../shared/kafka4
+KAFKA4_PORT ?= 19192
+
+# $(1): the distribution, $(2): its port, $(3): what pytest runs
+# $(1): the distribution, $(2): its port, $(3): a marker expression, as in suite
+define on_broker
+	@dir=$$(mktemp -d) && bs=$$($(1)/bin/kafka-up $(2) $$dir) && \
+	echo "Apache Kafka from $(1) at $$bs" && \
+	export FASTREBALANCE_TEST_BOOTSTRAP=$$bs FASTREBALANCE_KAFKA_HOME=$(1) && \
+	$(MAKE) --no-print-directory _suite MARKS="$(3)" PATHS=tests/integration; \
+	rc=$$?; $(1)/bin/kafka-down $(2) $$dir --wipe; exit $$rc
+endef
+
 test-kafka: $(STAMP)
-	@dir=$$(mktemp -d) && bs=$$($(KAFKA_HOME)/bin/kafka-up $(KAFKA_PORT) $$dir) && \
-	echo "Apache Kafka at $$bs" && \
-	FASTREBALANCE_TEST_BOOTSTRAP=$$bs FASTREBALANCE_KAFKA_HOME=$(KAFKA_HOME) \
-	  $(PY) -m pytest -q -ra --durations=15; \
-	rc=$$?; $(KAFKA_HOME)/bin/kafka-down $(KAFKA_PORT) $$dir --wipe; exit $$rc
+	$(call on_broker,$(KAFKA_HOME),$(KAFKA_PORT),)
+
+test-kafka4: $(STAMP)
+	$(call on_broker,$(KAFKA4_HOME),$(KAFKA4_PORT),kafka4)
+
+_suite:
+	$(call suite,$(MARKS),$(PATHS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .site

@@ -2,6 +2,15 @@
 
 The cluster is whatever ``open_test_cluster()`` picks (embedded unless the environment says
 otherwise); unique names let tests share it without seeing each other's records or groups.
+
+The Makefile runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each
+worker is a session of its own, with its own embedded cluster (a real broker is shared:
+names are unique). Most of the suite waits on Kafka (session timeouts, rebalances, commit
+round trips), so two run in about half the time on two cores. A module stays on one worker
+(its module-scoped Spark session or broker is made once), and the Spark modules run one at
+a time. The tests marked ``alone`` load the machine themselves (chaos slices with two CPU
+hogs for their whole run): the Makefile runs them after the others, in one process, with
+nothing else beside them but what they start.
 """
 
 from __future__ import annotations
@@ -17,6 +26,33 @@ from fastrebalance.testing import (
     open_test_cluster,
     transactions_supported,
 )
+
+#: Modules that share an xdist group, so that no two of them run at once: one Spark JVM
+#: (and its Python workers) at a time.
+_SERIAL_GROUPS = {
+    "spark": (
+        "test_spark_chaos",
+        "test_spark_reader",
+        "test_spark_source",
+        "test_spark_standalone",
+        "test_examples",  # the Spark job example
+    ),
+}
+_GROUP_OF = {module: group for group, modules in _SERIAL_GROUPS.items() for module in modules}
+#: The longest groups start first, so that no worker is left with one alone at the end.
+_FIRST = ("spark", "test_model", "test_safety", "test_exactly_once", "test_group_chaos")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = {}
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
+        groups[item.nodeid] = group = _GROUP_OF.get(module, module)
+        item.add_marker(pytest.mark.xdist_group(group))
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no":
+        rank = {group: i for i, group in enumerate(_FIRST)}
+        items.sort(key=lambda item: rank.get(groups[item.nodeid], len(_FIRST)))
 
 
 @pytest.fixture(scope="session")

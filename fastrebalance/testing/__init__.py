@@ -14,6 +14,7 @@ from fastrebalance.testing._clusters import (
     kip848_supported,
     open_own_cluster,
     open_test_cluster,
+    set_consumer_group_timeouts,
     transactions_supported,
 )
 from fastrebalance.testing._embedded import EmbeddedKafka
@@ -29,5 +30,6 @@ __all__ = [
     "kip848_supported",
     "open_own_cluster",
     "open_test_cluster",
+    "set_consumer_group_timeouts",
     "transactions_supported",
 ]

@@ -211,6 +211,15 @@ def _run(
             raise RuntimeError(f"eos workers need transactions: {why}")
         cluster.create_topic(topic + OUTPUT_SUFFIX, s.partitions)
     cluster.create_topic(topic, s.partitions)
+    if s.protocol == "consumer" and getattr(cluster, "kind", "") != "embedded":
+        # a killed member's partitions move after the group's session timeout: the same as
+        # the classic groups' where the broker takes a per-group one (Apache Kafka 4; the
+        # embedded cluster has one for all groups and leaves the request unanswered)
+        from fastrebalance.testing._clusters import set_consumer_group_timeouts
+
+        took, why = set_consumer_group_timeouts(bootstrap, group, s.session_timeout_ms)
+        out(f"chaos: group session timeout {s.session_timeout_ms} ms" if took else
+            f"chaos: the broker's group session timeout applies ({why})")
     for kind, method in BROKER_FAULTS.items():
         if kind in s.faults and not hasattr(cluster, method):
             out(f"chaos: {kind} needs a broker of the run's own; skipped on this one")

@@ -75,6 +75,9 @@ def _worker(args: argparse.Namespace) -> int:
         "session.timeout.ms": args.session_timeout_ms,
         "heartbeat.interval.ms": 500,
     }
+    if args.protocol == "consumer":  # KIP-848: the session timeout is the group's (broker)
+        conf["group.protocol"] = "consumer"
+        del conf["session.timeout.ms"], conf["heartbeat.interval.ms"]
     if args.pipeline:
         conf["enable.auto.offset.store"] = False  # store_offsets() once processed
     stop = threading.Event()
@@ -339,9 +342,10 @@ def worker_argv(
     seconds: float,
     session_timeout_ms: int = 6000,
     pipeline: int = 0,
+    protocol: str = "classic",
 ) -> list[str]:
     return [
-        "--pipeline", str(pipeline),
+        "--pipeline", str(pipeline), "--protocol", protocol,
         "--bootstrap", bootstrap, "--topic", topic, "--group", group,
         "--work-us", str(work_us), "--chunk", str(chunk),
         "--claim-timeout-ms", str(claim_timeout_ms), "--seconds", str(seconds),
@@ -389,10 +393,17 @@ def run_group_chaos(
     drain_s: float = 120.0,
     create_topic: Callable[[str, int], None] | None = None,
     log: Callable[[str], None] = lambda line: None,
+    protocol: str = "classic",
+    group_timeout: bool = True,
 ) -> ChaosReport:
     """Members SIGKILLed and restarted at random for ``seconds`` while the group drains a
     backlog (one partition) and fresh records arrive; then everything is drained with no
-    faults and checked: every produced record processed, the group's offset never unsafe."""
+    faults and checked: every produced record processed, the group's offset never unsafe.
+
+    ``protocol``: ``classic`` (librdkafka's default assignors) or ``consumer`` (KIP-848;
+    the group gets the classic members' 6 s session timeout where the broker takes a
+    per-group one, Apache Kafka 4; ``group_timeout=False`` where it does not: the embedded
+    cluster sets one for all groups, and leaves the request unanswered)."""
     rng = random.Random(seed)
     workdir.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
@@ -403,9 +414,20 @@ def run_group_chaos(
         create_topic = ExternalKafka(bootstrap).create_topic
     create_topic(topic, 1)
     prepare(bootstrap, topic, group, backlog)
-    log(f"group chaos: topic {topic}, seed {seed}, {members} members, backlog {backlog:,}")
+    if protocol == "consumer" and group_timeout:
+        from ._clusters import set_consumer_group_timeouts
+
+        took, why = set_consumer_group_timeouts(bootstrap, group, 6000)
+        log("group chaos: group session timeout 6000 ms" if took else
+            f"group chaos: the broker's group session timeout applies ({why})")  # fmt: skip
+    log(
+        f"group chaos: topic {topic}, seed {seed}, {members} members, backlog {backlog:,}, "
+        f"{protocol} protocol"
+    )
     produced = [backlog]
-    argv = worker_argv(bootstrap, topic, group, work_us, chunk, claim_timeout_ms, 3600)
+    argv = worker_argv(
+        bootstrap, topic, group, work_us, chunk, claim_timeout_ms, 3600, protocol=protocol
+    )
     team = [Member(f"m{i}", workdir, argv) for i in range(members)]
     processed = Processed([m.out for m in team])
     observer = Observer(bootstrap, group, topic, 1, processed)
@@ -487,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--seconds", type=float, default=600.0)
     w.add_argument("--session-timeout-ms", type=int, default=6000)
     w.add_argument("--pipeline", type=int, default=0)
+    w.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     r = sub.add_parser("run")
     r.add_argument("--bootstrap", required=True)
     r.add_argument("--workdir", default=None)
@@ -494,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--members", type=int, default=3)
     r.add_argument("--backlog", type=int, default=30_000)
     r.add_argument("--seed", type=int, default=None)
+    r.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     args = parser.parse_args(argv)
     if args.cmd == "worker":
         return _worker(args)
@@ -506,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog=args.backlog,
         seed=args.seed,
         log=lambda line: print(line, flush=True),
+        protocol=args.protocol,
     )
     print(json.dumps(report.as_dict()))
     return 0 if report.ok else 1

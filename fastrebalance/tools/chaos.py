@@ -234,6 +234,9 @@ def _add_chaos_group(commands: a.Commands) -> None:
     a.option(p, "--members", 3, a.number(int, 1), "N", "member processes (default: {})")
     a.option(p, "--backlog", 30_000, a.number(int, 1), "N",
              "records pending when the members start (default: {})")
+    p.add_argument("--protocol", choices=("classic", "consumer"), default="classic",
+                   help="group protocol: classic, or consumer (KIP-848; Apache Kafka 4 or "
+                        "the embedded cluster) (default: classic)")
     a.bootstrap_servers(p, "(default: an embedded cluster)")
     a.workdir(p, "where the members' logs go (default: a new temporary directory, kept)")
     p.set_defaults(func=_chaos_group)
@@ -253,10 +256,12 @@ def _chaos_group(args: argparse.Namespace) -> int:
         report = run_group_chaos(
             session.bootstrap, workdir, seconds=args.duration, members=args.members,
             backlog=args.backlog, seed=seed, create_topic=session.cluster.create_topic,
-            log=lambda line: print(line, flush=True),
+            log=lambda line: print(line, flush=True), protocol=args.protocol,
+            group_timeout=session.cluster.kind != "embedded",
         )  # fmt: skip
     words = ["fastrebalance", "chaos-group", "--duration", f"{args.duration:g}s", "--seed",
-             str(seed), *a.spelled(args, ("members", "backlog", "bootstrap_servers"))]  # fmt: skip
+             str(seed), *a.spelled(args, ("members", "backlog", "protocol",
+                                          "bootstrap_servers"))]  # fmt: skip
     print(json.dumps(report.as_dict()))
     print(f"{'PASS' if report.ok else 'FAIL'}: {report.produced:,} records, {report.kills} "
           f"SIGKILLs, {report.lost} lost, {report.unsafe} unsafe offsets in {report.samples:,} "

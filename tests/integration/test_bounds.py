@@ -320,6 +320,7 @@ def test_an_unplanned_partition_claims_only_what_its_primary_handed_out(
         b.close()
 
 
+@pytest.mark.kafka4
 def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: OwnCluster):
     """Repro adv3-02: under KIP-848 an assignment reaches a member that is not polling
     (another member left); close() serves it while leaving and must not spend the

@@ -38,7 +38,7 @@ from fastrebalance.testing._chaos import (
     run_chaos,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 #: Every kind (10) at least once, and more: the run goes on past its duration until both hold.
 MIN_FAULTS = 16

@@ -26,7 +26,7 @@ from fastrebalance.testing._chaos import KILL_FAULTS, ChaosSettings
 
 from .test_chaos import CPU_HOG, current_test, run_and_check
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.kafka4, pytest.mark.alone]
 
 
 def sigkill_settings(tmp_path: Path, **overrides: Any) -> ChaosSettings:

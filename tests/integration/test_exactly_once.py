@@ -33,7 +33,7 @@ from fastrebalance import Consumer, TopicPartition
 
 from .helpers import base_conf, produce
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.kafka4]
 
 EOS = {
     "parallel.rebalance.transactional": True,

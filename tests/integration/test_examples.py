@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka4]
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
 
 

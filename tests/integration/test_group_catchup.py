@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fastrebalance._claims import ClaimsState
-from fastrebalance.testing import KafkaCluster
+from fastrebalance.testing import KafkaCluster, set_consumer_group_timeouts
 from fastrebalance.testing._groupchaos import (
     Member,
     Observer,
@@ -29,23 +29,40 @@ BACKLOG = 30_000  # the embedded cluster keeps ~45k records per partition
 CLAIM_TIMEOUT_MS = 3000
 
 
+#: The group protocols group-wide catch-up is proven under (KIP-848: embedded and Kafka 4).
+PROTOCOLS = {"classic": "classic", "kip848-consumer": "consumer"}
+
+
 class Team:
     def __init__(
-        self, cluster: KafkaCluster, topic: str, group: str, tmp: Path, pipeline: int = 0
+        self,
+        cluster: KafkaCluster,
+        topic: str,
+        group: str,
+        tmp: Path,
+        pipeline: int = 0,
+        protocol: str = "classic",
     ) -> None:
         self.bootstrap = cluster.bootstrap_servers
         self.topic, self.group = topic, group
+        # under KIP-848 a killed member's partition moves after the group's session timeout:
+        # 6 s like the classic members' where the broker takes a per-group one (Kafka 4)
+        self.group_timeout = protocol == "consumer" and cluster.kind != "embedded"
         # 300 us of work per record; pipeline: batches stay handed out, unprocessed, while
         # the next are consumed: a chunk declared done before it is committed would show
         argv = worker_argv(
-            self.bootstrap, topic, group, 300, 1000, CLAIM_TIMEOUT_MS, 120, pipeline=pipeline
-        )
+            self.bootstrap, topic, group, 300, 1000, CLAIM_TIMEOUT_MS, 120, pipeline=pipeline,
+            protocol=protocol,
+        )  # fmt: skip
         self.members = [Member(f"m{i}", tmp, argv) for i in range(3)]
         self.processed = Processed([m.out for m in self.members])
         self.observer = Observer(self.bootstrap, group, topic, 1, self.processed)
 
     def __enter__(self) -> Team:
         prepare(self.bootstrap, self.topic, self.group, BACKLOG)
+        if self.group_timeout:
+            took, why = set_consumer_group_timeouts(self.bootstrap, self.group, 6000)
+            assert took, why
         for m in self.members:
             m.start()
         self.observer.start()
@@ -115,13 +132,19 @@ class Team:
         return self.processed.members[m.out][-1]
 
 
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
 def test_three_members_drain_one_backlog_together(
     kafka_cluster: KafkaCluster,
     topic_factory: Callable[..., str],
     unique_group: str,
     tmp_path: Path,
+    protocol: str,
 ) -> None:
-    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path, pipeline=2) as team:
+    topic = topic_factory(1)
+    with Team(
+        kafka_cluster, topic, unique_group, tmp_path, pipeline=2, protocol=PROTOCOLS[protocol]
+    ) as team:
         team.check()
         counts = [team.backlog_records(m) for m in team.members]
         wins, done = team.wins_and_done()
@@ -133,13 +156,17 @@ def test_three_members_drain_one_backlog_together(
     assert all(len(w) == 1 for w in wins.values())  # each chunk won once: no expiry, no race
 
 
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
 def test_a_member_killed_holding_chunks_has_them_read_again(
     kafka_cluster: KafkaCluster,
     topic_factory: Callable[..., str],
     unique_group: str,
     tmp_path: Path,
+    protocol: str,
 ) -> None:
-    with Team(kafka_cluster, topic_factory(1), unique_group, tmp_path) as team:
+    topic = topic_factory(1)
+    with Team(kafka_cluster, topic, unique_group, tmp_path, protocol=PROTOCOLS[protocol]) as team:
         # a member mid-backlog (a helper or the owner: each holds chunks while it reads)
         victim: list[Member] = []
 

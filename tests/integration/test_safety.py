@@ -332,6 +332,7 @@ def _revoke_inside_a_call(
             close_member(second)
 
 
+@pytest.mark.kafka4
 @pytest.mark.parametrize("protocol", list(REVOKE_PROTOCOLS))
 def test_revoke_inside_consume_commits_and_returns_only_handed_records(
     kafka_cluster, topic_factory, unique_group, protocol

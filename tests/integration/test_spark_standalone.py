@@ -158,7 +158,14 @@ def test_the_job_on_a_standalone_cluster_delivers_every_record_once(
     assert phase.ok, format_result(result)
     assert phase.kills == 0 and phase.attempts == phase.batches > 0
     assert phase.delivered == phase.owed == phase.in_topic > 0
-    # the executors ran on both workers, in processes the driver did not start
+    # the reader ran in executors, processes the workers started (not the driver). Which
+    # worker's executor got the tasks is Spark's scheduling (both, or one of them alone on
+    # a loaded machine): not asserted.
     executors = cluster.executors()
-    assert {e.parent.parent.name for e in executors} == {"worker-0", "worker-1"}, executors
-    assert all(re.fullmatch(r"\d+", e.name) for e in executors), executors
+    assert executors and all(re.fullmatch(r"\d+", e.name) for e in executors), executors
+    ran = [e for e in executors if "Finished task" in _text(e / "stderr")]
+    assert ran, f"no executor finished a task: {executors}"
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

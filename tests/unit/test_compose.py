@@ -35,3 +35,34 @@ def test_demo_profile_reaches_the_broker_through_an_advertised_listener():
     advertised = COMPOSE["services"]["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
     assert bootstrap in advertised, (bootstrap, advertised)
     assert demo["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_kafka4_profile_serves_the_consumer_protocol_like_shared_kafka4():
+    """Configured like ../shared/kafka4, where CI runs the kafka4 tests (its server.properties
+    is compared key by key where it sits beside the checkout)."""
+    kafka4 = COMPOSE["services"]["kafka4"]
+    env = kafka4["environment"]
+    assert kafka4["profiles"] == ["kafka4"], "a plain `up` starts only the 3.9 broker"
+    assert kafka4["image"].startswith("apache/kafka:4.")
+    assert "PLAINTEXT://localhost:9192" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert "9192:9192" in kafka4["ports"]
+    assert "localhost:9192" in " ".join(kafka4["healthcheck"]["test"])
+    assert env["CLUSTER_ID"] != COMPOSE["services"]["kafka"]["environment"]["CLUSTER_ID"]
+    assert "consumer" in env["KAFKA_GROUP_COORDINATOR_REBALANCE_PROTOCOLS"].split(",")
+    shared = Path(__file__).parents[3] / "shared" / "kafka4" / "config" / "server.properties"
+    if not shared.exists():
+        return
+    props = dict(
+        line.split("=", 1) for line in shared.read_text().splitlines() if "=" in line
+        and not line.startswith("#")
+    )
+    for key in (
+        "group.initial.rebalance.delay.ms",
+        "group.min.session.timeout.ms",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "num.partitions",
+        "offsets.topic.replication.factor",
+    ):
+        variable = "KAFKA_" + key.upper().replace(".", "_")
+        assert str(env[variable]) == props[key], (key, env[variable], props[key])
