@@ -123,6 +123,10 @@ class Assignments:
             keys = [_key(t) for t in partitions]
             if self._settings.auto_commit:
                 self._committer.auto_commit(keys)
+            if self._group is not None and not self.leaving:
+                # done chunks of these partitions leave the group's offset before they go
+                # (close() settled already)
+                self._group.settle(min(5.0, self._committer.timeout_s))
             self.retire(keys)
         finally:
             self._in_rebalance = False

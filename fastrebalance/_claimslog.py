@@ -207,14 +207,28 @@ class ClaimsLog:
         return int(self._producer.flush(timeout_s))
 
     # -- reading ------------------------------------------------------------------------------
-    def read(self, num: int = 1000) -> list[tuple[ClaimRecord | None, int]]:
-        """The next records, in log order, with their timestamps (ms); nothing waits."""
+    def end(self, timeout_s: float) -> int | None:
+        """The log's end now (asked of the broker), None if it did not answer in time."""
+        if self._reader is None:
+            return None
+        try:
+            _, high = self._reader.get_watermark_offsets(
+                TopicPartition(self.topic, 0), timeout=max(timeout_s, 0.1)
+            )
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("claims log %s: its end could not be read: %s", self.topic, exc)
+            return None
+        return int(high)
+
+    def read(self, num: int = 1000, wait_s: float = 0.0) -> list[tuple[ClaimRecord | None, int]]:
+        """The next records, in log order, with their timestamps (ms); waits at most
+        ``wait_s`` for the first."""
         if self._producer is not None:
             self._producer.poll(0)
         if self._reader is None:
             return []
         try:
-            msgs = self._reader.consume(num, 0)
+            msgs = self._reader.consume(num, wait_s)
         except (KafkaException, RuntimeError) as exc:
             log.warning("claims log %s: read failed: %s", self.topic, exc)
             return []

@@ -112,6 +112,11 @@ class Committer:
         self._claimed_by: dict[Key, int] = {}
         self._arm_auto_commit()
 
+    @property
+    def timeout_s(self) -> float:
+        """A synchronous commit's bound (``socket.timeout.ms``)."""
+        return self._commit_timeout_s
+
     # -- what a call claims -----------------------------------------------------------------
     def changes(
         self, messages: Sequence[Message] | None, offsets: list[TopicPartition] | None

@@ -325,5 +325,12 @@ def child_config(primary_conf: Mapping[str, Any], settings: ParallelConfig) -> d
     # is full; a backlog reader fills it constantly, so the child waits far less
     # (measured: 1M-record drain 1.9 s instead of 7.9 s). The user's value wins.
     conf.setdefault("fetch.queue.backoff.ms", 10)
+    if settings.group_catchup:
+        # The child reads chunk after chunk of a backlog, each a seek: a fetch already in
+        # flight past the previous chunk's end, on a partition with nothing new, holds the
+        # next one back for fetch.wait.max.ms (500 ms). One member on a quiet partition
+        # drained 50,000 records in chunks of 1,000 in 25.1 s against 3.8 s with the key
+        # off. A backlog never needs a long poll. The user's value wins.
+        conf.setdefault("fetch.wait.max.ms", 10)
     conf.pop("on_commit", None)
     return conf

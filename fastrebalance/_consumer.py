@@ -129,6 +129,8 @@ class Consumer:
             else None
         )
         self._partitions = partitions = Partitions()
+        if group is not None:
+            group.assigned_topics = lambda: {key[0] for key in partitions.assigned}
         reporter = self._reporter = Reporter(
             partitions,
             child,
@@ -250,7 +252,7 @@ class Consumer:
         a.callbacks = self._user_callbacks
         self._subscribed = True
         if self._group is not None:
-            self._group.helping = True
+            self._group.subscribed(topics)
         self._primary.subscribe(
             topics, on_assign=a.on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
         )
@@ -522,14 +524,18 @@ class Consumer:
             return
         self._committer.stop()
         child = self._child
+        if self._group is not None:
+            # what the application got of its chunks is committed (done), and the chunks
+            # of partitions this member owns that the log says are done leave the group's
+            # offset before the partitions leave (see GroupCatchup.settle)
+            if self._settings.auto_commit:
+                self._committer.commit_helped()
+            self._group.settle(min(5.0, self._commit_timeout_s))
         if self._subscribed:
             self._assignments.leave()
         self._assignments.leaving = True
         if self._group is not None:
-            # what the application got of its chunks is committed (done), then the chunks
-            # still held are given back at once (bye) rather than after the claim timeout
-            if self._settings.auto_commit:
-                self._committer.commit_helped()
+            # the chunks still held are given back at once (bye), not after the claim timeout
             self._group.close(min(5.0, self._commit_timeout_s))
         self._closed = True
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -115,6 +116,13 @@ class GroupCatchup:
         self._closed = False
         #: False after unsubscribe() (until subscribe()): no chunk is claimed or read
         self.helping = True
+        #: the topics this member reads: subscribe()'s names and patterns, else (assign())
+        #: those of its assignment; chunks of any other topic are never claimed (a member
+        #: subscribed to Y was handed 50,000 records of X, which only another member reads)
+        self._names: frozenset[str] = frozenset()
+        self._patterns: tuple[re.Pattern[str], ...] = ()
+        self._subscribed = False
+        self.assigned_topics: Callable[[], Iterable[str]] = lambda: ()
         #: pieces this member offered, claimed and declared done at once (``_hand_back``)
         self._handed_back: set[ChunkKey] = set()
         #: writes the group's offset and token of partitions whose ledger a done changed
@@ -126,6 +134,18 @@ class GroupCatchup:
         self.claims_lost = 0
         self.chunks_offered = 0
         self.chunks_absorbed = 0
+
+    def subscribed(self, topics: Sequence[str]) -> None:
+        """subscribe(): the names and librdkafka's patterns (``^``...) this member reads."""
+        self._names = frozenset(t for t in topics if not t.startswith("^"))
+        self._patterns = tuple(re.compile(t[1:]) for t in topics if t.startswith("^"))
+        self._subscribed = True
+        self.helping = True
+
+    def _reads(self, topic: str) -> bool:
+        if not self._subscribed:
+            return topic in set(self.assigned_topics())
+        return topic in self._names or any(p.match(topic) for p in self._patterns)
 
     # -- the owner's part ---------------------------------------------------------------------
     def own(self, work: Iterable[tuple[Key, Ledger]]) -> None:
@@ -239,10 +259,43 @@ class GroupCatchup:
         poll path must not wait idle on the primary meanwhile."""
         return self._claiming is not None or any(h.queue for h in self._helped.values())
 
-    def _read(self) -> None:
+    def settle(self, timeout_s: float) -> None:
+        """Before partitions this member owns leave it (close(), a revoke): read the claims
+        log to its end, this member's own last done records included, and absorb the done
+        chunks, so that the group's offset written on the way out is past them, as a plain
+        consumer's is past what it processed and committed. Without it nobody absorbed
+        them: a member that committed every record and closed left the group's offset at
+        0 with 30,000 records processed (a restart and every lag monitor saw the whole
+        backlog again). Bounded by ``timeout_s``; what it cannot read in time stays
+        pending (safe: those chunks are offered and read again)."""
+        if self._closed or not self._log.started:
+            return
+        for key, h in self._helped.items():
+            self._mark_read(key, h)
+        self._finish_tails()  # done records of chunks the application finished
+        if not any(ledger.ranges for ledger in self._owned.values()):
+            return
+        deadline = time.monotonic() + timeout_s
+        self._log.flush(timeout_s)
+        end = self._log.end(deadline - time.monotonic())
+        if end is None:
+            return
+        while self._log.position < end:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("claims log %s: not read to its end in %.1fs: done chunks stay "
+                            "pending in the group's offset", self._log.topic,
+                            timeout_s)  # fmt: skip
+                return
+            self._read(min(left, 0.1))
+        self._log.caught_up = True
+        self._absorb()
+
+    def _read(self, wait_s: float = 0.0) -> None:
         state = self._state
         while True:
-            got = self._log.read()
+            got = self._log.read(wait_s=wait_s)
+            wait_s = 0.0
             for rec, ts in got:
                 state.apply(rec, ts)
                 if rec is None:
@@ -297,6 +350,7 @@ class GroupCatchup:
         claiming and reading chunks of the topic it left (repro/r13: 11,100 records in
         15 s). ``subscribe()`` sets ``helping`` again."""
         self.helping = False
+        self._subscribed = False
         if self._log.started:
             self._hand_back()
         for ck in sorted(self._held):
@@ -326,12 +380,15 @@ class GroupCatchup:
             if self._state.last_holder(ck) != self.member:
                 self._drop(ck, "claimed by another member after this member's claim expired")
 
+    def _mark_read(self, key: Key, h: _Helped) -> None:
+        if h.reading is not None and self._child.position(key) is None:
+            log.debug("read %s", h.reading)
+            h.reading = None  # read to its end
+
     def _advance_reading(self) -> None:
         """The child reads one chunk per partition at a time, the next once it is read."""
         for key, h in self._helped.items():
-            if h.reading is not None and self._child.position(key) is None:
-                log.debug("read %s", h.reading)
-                h.reading = None  # read to its end
+            self._mark_read(key, h)
             if h.reading is None and h.queue:
                 ck = h.queue.pop(0)
                 reading = Ledger(_NOWHERE, _within(h.ledger.ranges, ck[2], ck[3]))
@@ -373,10 +430,21 @@ class GroupCatchup:
     def _maybe_claim(self, now: float) -> None:
         if self._claiming is not None or not self.helping:
             return
-        ahead = sum(len(h.queue) + (h.reading is not None) for h in self._helped.values())
+        # a partition the application paused reads nothing: its chunks are no work ahead,
+        # and none of it is claimed (holding two of them stopped every other partition's)
+        paused = self._child.is_paused
+        ahead = sum(
+            len(h.queue) + (h.reading is not None)
+            for key, h in self._helped.items()
+            if not paused(key)
+        )
         if ahead >= PREFETCH:
             return
-        free = [ck for ck in self._state.free() if ck not in self._held]
+        free = [
+            ck
+            for ck in self._state.free()
+            if ck not in self._held and not paused(ck[:2]) and self._reads(ck[0])
+        ]
         if not free:
             return
         ck = random.choice(free[:_PICK_AMONG])
@@ -458,6 +526,9 @@ class GroupCatchup:
             if h is None:
                 continue
             apply_change(h.ledger, Change(list(cl)))
+            # the chunk the child just read to its end is done now, not a tick later (or
+            # never: a member that committed its last records and closed left it held)
+            self._mark_read(key, h)
             self._publish_done(key)
         if sync and self._log.started:
             self._log.flush(timeout_s)

@@ -366,6 +366,19 @@ def test_child_fetch_queue_backoff_defaults_short_but_user_value_wins() -> None:
     assert primary["fetch.queue.backoff.ms"] == 500  # the primary keeps the user's value
 
 
+def test_child_fetch_wait_is_short_for_group_catchup_but_user_value_wins() -> None:
+    """A chunk's cost must not be a fetch wait the user never set (group-wide catch-up)."""
+    settings_, primary = split_config(enabled(**{"parallel.rebalance.group.catchup": True}))
+    assert child_config(primary, settings_)["fetch.wait.max.ms"] == 10
+    assert "fetch.wait.max.ms" not in primary  # the primary keeps librdkafka's default
+    settings_, primary = split_config(
+        enabled(**{"parallel.rebalance.group.catchup": True, "fetch.wait.max.ms": 200})
+    )
+    assert child_config(primary, settings_)["fetch.wait.max.ms"] == 200
+    settings_, primary = split_config(enabled())
+    assert "fetch.wait.max.ms" not in child_config(primary, settings_)
+
+
 def test_transactional_mode_requires_auto_commit_off() -> None:
     with pytest.raises(ValueError, match=r"enable\.auto\.commit=false"):
         split_config(enabled(**{TRANSACTIONAL_KEY: "true"}))

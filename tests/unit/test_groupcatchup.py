@@ -34,9 +34,16 @@ class Log:
     def send(self, rec: ClaimRecord) -> None:
         self.shared.append((rec, self.clock[0]))
 
-    def read(self, num: int = 1000) -> list[tuple[ClaimRecord, int]]:
+    def read(self, num: int = 1000, wait_s: float = 0.0) -> list[tuple[ClaimRecord, int]]:
         out, self.pos = self.shared[self.pos :], len(self.shared)
         return out
+
+    @property
+    def position(self) -> int:
+        return self.pos
+
+    def end(self, timeout_s: float) -> int:
+        return len(self.shared)
 
     def flush(self, timeout: float) -> int:
         return 0
@@ -51,6 +58,10 @@ class Child:
     def __init__(self) -> None:
         self.cursors: dict[Any, Any] = {}
         self.stopped: list[Any] = []
+        self.paused: set[Any] = set()
+
+    def is_paused(self, key: Any) -> bool:
+        return key in self.paused
 
     def start(self, key: Any, ledger: Ledger, epoch: Epoch, at: int = 0) -> None:
         piece = ledger.ranges.next_from(at)
@@ -78,6 +89,7 @@ class Member:
         self.child = Child()
         self.g = GroupCatchup(SETTINGS, {}, self.child, member=name)  # type: ignore[arg-type]
         self.g._log = Log(shared, clock)  # type: ignore[assignment]
+        self.g.subscribed([KEY[0], "^other-.*"])
         self.writes: list[list[Any]] = []
         self.g.write_group = self.writes.append
         self.now = time.monotonic()
@@ -331,7 +343,8 @@ def test_a_member_that_unsubscribes_gives_its_chunks_back_and_claims_no_more() -
     a.g.commit({KEY: _claims(a, s + 3)}, sync=False, timeout_s=1)
     held = set(a.g._held) | ({a.g._claiming} if a.g._claiming else set())
     a.g.stop_helping()
-    assert a.g._held == set() and KEY in a.child.stopped
+    # the chunk was read to its end (the commit saw that): nothing for the child to stop
+    assert a.g._held == set() and KEY not in a.child.cursors
     for _ in range(3):
         a.tick()
     assert KEY not in a.child.cursors and a.g._held == set()
@@ -344,3 +357,67 @@ def test_a_member_that_unsubscribes_gives_its_chunks_back_and_claims_no_more() -
     assert sorted(read) == sorted([(s + 4, s + 10), (10 - s, 20 - s)])
     a.g.helping = True  # subscribe() again
     a.tick()
+
+
+def test_a_member_claims_chunks_only_of_the_topics_it_reads() -> None:
+    """Kafka allows members of one group different subscriptions: a member never claims a
+    chunk of a topic it did not subscribe to (by name or pattern) or was not assigned."""
+    a, b, shared, _ = _team()
+    b.g.subscribed(["y"])  # b reads y only
+    a.g._maybe_claim = lambda now: None  # type: ignore[method-assign]  # a only offers
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    a.g.own([(("other-1", 0), Ledger(100, RangeSet([(0, 10)])))])
+    a.tick()
+    for _ in range(6):
+        b.tick()
+    assert _kinds(shared, "b", "claim") == []
+    b.g.subscribed(["^other-.*"])
+    for _ in range(3):
+        b.tick()
+    claimed = [rec for rec, _ in shared if rec.member == "b" and rec.kind == "claim"]
+    assert claimed and {rec.topic for rec in claimed} == {"other-1"}
+    c = Member("c", shared, [1_000])
+    c.g.stop_helping()  # not subscribed (assign()): the topics of its assignment
+    c.g.helping = True
+    c.g.assigned_topics = lambda: {"t"}
+    for _ in range(3):
+        c.tick()
+    assert {rec.topic for rec, _ in shared if rec.member == "c" and rec.kind == "claim"} == {"t"}
+
+
+def test_a_paused_partition_holds_no_claim_back() -> None:
+    """pause() of one partition: its chunks are not claimed, and those held count for no
+    work ahead, so another partition's chunks are claimed and read."""
+    a, _, shared, _ = _team()
+    other = ("t", 1)
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 40)])))])
+    for _ in range(6):
+        a.tick()
+    assert len(a.g._held) == 2  # PREFETCH chunks of KEY: no more claims while they wait
+    a.g.own([(other, Ledger(100, RangeSet([(0, 40)])))])
+    for _ in range(4):
+        a.tick()
+    assert {ck[:2] for ck in a.g._held} == {KEY}
+    a.child.paused.add(KEY)  # the application pauses KEY
+    for _ in range(4):
+        a.tick()
+    assert {ck[:2] for ck in a.g._held} == {KEY, other}
+    claimed = [(rec.topic, rec.partition) for rec, _ in shared if rec.kind == "claim"]
+    assert claimed[-1] == other and claimed.count(KEY) == 2
+
+
+def test_settle_absorbs_the_members_own_last_done_before_it_leaves() -> None:
+    """A member that owns a partition and read its chunks itself commits the last records
+    and closes: settle() publishes the last done (the chunk just read to its end) and
+    absorbs it, with no tick in between (before: the group's offset stayed at the start)."""
+    a, _, shared, _ = _team()
+    ledger = Ledger(100, RangeSet([(0, 10)]))
+    a.g.own([(KEY, ledger)])
+    for _ in range(3):
+        a.tick()  # offered, claimed, won: reading
+    assert a.g._helped[KEY].reading == (*KEY, 0, 10)
+    a.child.hand_all(KEY)  # read to its end: no tick saw it
+    a.g.commit(a.g.handed({}), sync=True, timeout_s=1.0)
+    a.g.settle(1.0)
+    assert _kinds(shared, "a", "done") == [(0, 10)]
+    assert not ledger.ranges and a.writes == [[KEY]]
