@@ -574,6 +574,11 @@ class GroupCatchup:
             "log_send_failures": self._log.send_failures,
         }
 
+    def held_ranges(self) -> dict[Key, RangeSet]:
+        """Per partition, the offsets of the chunks this member holds that its
+        application has not committed."""
+        return {key: h.ledger.ranges for key, h in self._helped.items() if h.ledger.ranges}
+
     def chunks_of(self, key: Key) -> tuple[tuple[int, int, str | None, bool], ...]:
         """(start, end, holder, live) of the partition's chunks not done."""
         return tuple(

@@ -39,9 +39,15 @@ class CatchupStatus:
         pending_ranges: backlog ranges ``[start, end)`` not yet committed as processed.
         child_position: next offset the child will deliver; None when it is not
             reading this partition (finished, or never needed).
-        records_remaining: pending offsets the child has still to read.
+        records_remaining: pending offsets the child has still to read. With
+            parallel.rebalance.group.catchup, what no member is known to be done with:
+            on the partition's owner every pending offset of its backlog (a chunk leaves
+            it when its holder's done is absorbed), on a helper the offsets of the chunks
+            it holds that its application has not committed. Never fewer than are left.
         child_alive: the child consumer exists and is running (reading or standby).
         chunks: with parallel.rebalance.group.catchup, who holds which chunk.
+        assigned: False for a partition this member only helps with (group-wide
+            catch-up: it reads chunks of it for the group, another member owns it).
     """
 
     pending_ranges: tuple[tuple[int, int], ...]
@@ -51,6 +57,7 @@ class CatchupStatus:
     #: group-wide catch-up: (start, end, holder member id, holder live) of each chunk of
     #: the partition not done yet, as the claims log says
     chunks: tuple[tuple[int, int, str | None, bool], ...] = ()
+    assigned: bool = True
 
 
 class Reporter:
@@ -94,6 +101,7 @@ class Reporter:
     # -- status -------------------------------------------------------------------------
     def catchup_status(self) -> dict[Key, CatchupStatus]:
         alive = self._child.alive
+        group = self.group
         out = {}
         for key, a in self._partitions.assigned.items():
             pos = self._child.position(key)
@@ -101,10 +109,26 @@ class Reporter:
             if not ranges and pos is None:
                 continue
             remaining = 0
-            if pos is not None and ranges:
+            if group is not None:
+                # the owner's child reads only the chunks it wins: its position says
+                # nothing of the rest (it read 0 left with 90,000 undelivered)
+                remaining = ranges.count()
+            elif pos is not None and ranges:
                 remaining = sum(e - max(s, pos) for s, e in ranges if e > pos)
-            chunks = self.group.chunks_of(key) if self.group is not None else ()
+            chunks = group.chunks_of(key) if group is not None else ()
             out[key] = CatchupStatus(ranges.as_tuple(), pos, remaining, alive, chunks)
+        if group is not None:
+            for key, held in group.held_ranges().items():
+                if key in out or not held:
+                    continue
+                out[key] = CatchupStatus(
+                    held.as_tuple(),
+                    self._child.position(key),
+                    held.count(),
+                    alive,
+                    group.chunks_of(key),
+                    assigned=False,
+                )
         return out
 
     def catchup_metrics(self) -> dict[str, Any]:

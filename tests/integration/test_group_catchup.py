@@ -502,3 +502,53 @@ def test_a_clean_close_leaves_the_group_offset_past_what_was_processed(
     finally:
         c.close()
     assert group_offsets(bootstrap, unique_group, topic) == [3000]
+
+
+def test_catchup_status_never_reports_fewer_records_than_are_left(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+) -> None:
+    """records_remaining, on the owner and on a helper, is never below what is truly left
+    (docs/operations.md's health rule is built on it). Before: the owner read 0 while
+    90,000 were undelivered (its child's position said nothing of the chunks it did not
+    win), and a helper reading chunks returned {}."""
+    from fastrebalance import Consumer
+
+    bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    backlog = 20_000
+    prepare(bootstrap, topic, unique_group, backlog)
+    conf = _group_conf(bootstrap, unique_group, **{
+        "partition.assignment.strategy": "cooperative-sticky"})  # fmt: skip
+    owner, helper = Consumer(conf), Consumer(conf)
+    seen: dict[str, set[int]] = {"owner": set(), "helper": set()}
+    helper_samples = 0
+    try:
+        owner.subscribe([topic])
+        deadline = time.monotonic() + 90
+        while not owner.assignment():
+            assert time.monotonic() < deadline, "the owner was never assigned"
+            seen["owner"] |= {m.offset() for m in owner.consume(100, 0.05) if not m.error()}
+        helper.subscribe([topic])  # sticky: the partition stays with the owner
+        while len(seen["owner"] | seen["helper"]) < backlog:
+            assert time.monotonic() < deadline, len(seen["owner"] | seen["helper"])
+            for name, c in (("owner", owner), ("helper", helper)):
+                got = {m.offset() for m in c.consume(300, 0.05) if not m.error()}
+                seen[name] |= got
+                left = backlog - len(seen["owner"] | seen["helper"])
+                status = c.catchup_status()
+                if name == "owner":
+                    remaining = status[(topic, 0)].records_remaining if status else 0
+                    assert remaining >= left, (remaining, left)
+                elif got:
+                    # what it was just handed and has not committed is left for the group
+                    st = status.get((topic, 0))
+                    assert st is not None and not st.assigned, status
+                    assert st.records_remaining >= len(got), (st, len(got))
+                    helper_samples += 1
+                if got:
+                    c.commit(asynchronous=False)
+    finally:
+        helper.close()
+        owner.close()
+    assert helper_samples > 0, "the helper read no chunk"
