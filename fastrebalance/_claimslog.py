@@ -65,6 +65,12 @@ _SHARED = (
 #: A day: long enough that a backlog's chunks outlive any catch-up; a deleted record only
 #: makes a chunk be read again.
 _RETENTION_MS = 24 * 3600 * 1000
+#: What the reader is told when the topic was deleted.
+_GONE = (
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+)
 #: The CreateTopics request's timeout (the controller's answer takes milliseconds).
 _CREATE_REQUEST_S = 2.0
 
@@ -91,6 +97,8 @@ class ClaimsLog:
         self.position = 0
         self.send_failures = 0
         self.closed = False
+        #: the broker says the topic is gone (deleted): ``reopen()`` makes it again
+        self.missing = False
 
     @property
     def started(self) -> bool:
@@ -130,8 +138,28 @@ class ClaimsLog:
                 "enable.idempotence": True,  # one order, no duplicates across retries
                 "linger.ms": 1,
                 "error_cb": self._on_error,
+                # a producer's metadata request for a topic that was deleted had a broker
+                # with auto.create.topics.enable=true make it again with its own defaults
+                # (4 partitions, CreateTime: claim expiry then ran on the members' clocks)
+                "allow.auto.create.topics": False,
             }
         )
+        self.missing = False
+
+    def reopen(self) -> None:
+        """The topic was deleted under the members: make it again as ``start()`` does
+        (1 partition, LogAppendTime, 1 day) and read the new log from its start. What this
+        member knows of the old log stays (the owners' ledgers keep every chunk not
+        absorbed pending, whatever the log forgot). Raises like ``start()``."""
+        log.error(
+            "claims topic %s is gone (deleted?): making it again with its own settings; "
+            "chunks in flight may be read again", self.topic
+        )
+        self.close(self._timeout)
+        self.closed = False
+        self._reader = self._producer = None
+        self.position = 0
+        self.start()
 
     def _ensure_topic(self) -> None:
         # An AdminClient is a producer-type handle (allow.auto.create.topics defaults to
@@ -179,6 +207,9 @@ class ClaimsLog:
             )
 
     def _on_error(self, err: KafkaError) -> None:
+        # served by the handles' poll()/consume() on this thread, like _sent
+        if err.code() in _GONE:
+            self.missing = True
         log.warning("claims log %s: %s", self.topic, err)
 
     # -- writing ------------------------------------------------------------------------------
@@ -197,6 +228,8 @@ class ClaimsLog:
 
     def _sent(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
+            if err.code() in _GONE:
+                self.missing = True
             self.send_failures += 1
             log.warning("claims log %s: a record was not written: %s", self.topic, err)
 
@@ -234,7 +267,10 @@ class ClaimsLog:
             return []
         out: list[tuple[ClaimRecord | None, int]] = []
         for m in msgs:
-            if m.error() is not None:
+            err = m.error()
+            if err is not None:
+                if err.code() in _GONE:
+                    self.missing = True
                 continue
             offset = m.offset() or 0
             self.position = offset + 1

@@ -229,6 +229,14 @@ class GroupCatchup:
                 self._start_at = now + wait
                 return
         self._read()
+        if self._log.missing:
+            try:
+                self._log.reopen()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("claims log %s could not be made again (%s): retrying in 2s",
+                            self._log.topic, exc)  # fmt: skip
+                self._next_tick = now + 2.0
+            return
         if not self._log.caught_up:
             return  # act only on a current state
         if self._claiming is not None and now - self._claim_sent_at > _CLAIM_GIVE_UP_S:

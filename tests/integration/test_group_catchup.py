@@ -552,3 +552,60 @@ def test_catchup_status_never_reports_fewer_records_than_are_left(
         helper.close()
         owner.close()
     assert helper_samples > 0, "the helper read no chunk"
+
+
+def test_a_deleted_claims_topic_comes_back_with_its_own_settings(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+) -> None:
+    """The claims topic deleted while two members drain a backlog (design.md says to delete
+    it when resetting a group) is made again with its settings (1 partition, LogAppendTime,
+    1 day), not by the broker's auto-creation with its defaults (4 partitions, CreateTime,
+    7 days: claim expiry then ran on the members' clocks), and the backlog drains."""
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("the mock cluster cannot delete topics")
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from fastrebalance import Consumer
+
+    bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    claims = f"{unique_group}.catchup.claims"
+    backlog = 30_000
+    prepare(bootstrap, topic, unique_group, backlog)
+    conf = _group_conf(bootstrap, unique_group, **{
+        "partition.assignment.strategy": "cooperative-sticky"})  # fmt: skip
+    members = [Consumer(conf), Consumer(conf)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    seen: set[int] = set()
+    deleted = False
+    try:
+        for m in members:
+            m.subscribe([topic])
+        deadline = time.monotonic() + 120
+        while len(seen) < backlog:
+            assert time.monotonic() < deadline, len(seen)
+            for c in members:
+                got = [m for m in c.consume(200, 0.05) if m.error() is None]
+                seen |= {m.offset() for m in got}
+                if got:
+                    c.commit(asynchronous=True)
+            if not deleted and len(seen) >= 3000:
+                admin.delete_topics([claims])[claims].result(30)
+                deleted = True
+        assert deleted
+        while True:  # made again by a member, with its own settings
+            md = admin.list_topics(claims, timeout=10).topics.get(claims)
+            if md is not None and md.error is None and md.partitions:
+                break
+            assert time.monotonic() < deadline, "the claims topic was not made again"
+            for c in members:
+                c.consume(200, 0.05)
+        assert len(md.partitions) == 1
+        res = ConfigResource(ConfigResource.Type.TOPIC, claims)
+        topic_conf = admin.describe_configs([res])[res].result(10)
+        assert topic_conf["message.timestamp.type"].value == "LogAppendTime"
+        assert topic_conf["retention.ms"].value == str(24 * 3600 * 1000)
+    finally:
+        for c in members:
+            c.close()

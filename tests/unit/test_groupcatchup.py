@@ -30,6 +30,7 @@ class Log:
     def __init__(self, shared: list[tuple[ClaimRecord, int]], clock: list[int]) -> None:
         self.shared, self.clock, self.pos = shared, clock, 0
         self.topic, self.started, self.caught_up, self.send_failures = "g", True, True, 0
+        self.missing = False
 
     def send(self, rec: ClaimRecord) -> None:
         self.shared.append((rec, self.clock[0]))
