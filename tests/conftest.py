@@ -50,9 +50,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
         groups[item.nodeid] = group = _GROUP_OF.get(module, module)
         item.add_marker(pytest.mark.xdist_group(group))
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no":
+    if getattr(config.option, "loadgroup", False):  # an xdist worker (its dist is "no")
         rank = {group: i for i, group in enumerate(_FIRST)}
         items.sort(key=lambda item: rank.get(groups[item.nodeid], len(_FIRST)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """An xdist worker whose groups did not take (its test ids carry no ``@group``) would
+    run a module's tests on both workers at once: refuse, rather than pass slowly or flake."""
+    config = session.config
+    items = session.items
+    grouped = any("@" in item.nodeid for item in items)
+    if getattr(config.option, "loadgroup", False) and items and not grouped:
+        raise pytest.UsageError(
+            "pytest-xdist's --dist loadgroup grouped nothing (a pytest it does not support?): "
+            "see tests/conftest.py and the pytest pin in pyproject.toml"
+        )
 
 
 @pytest.fixture(scope="session")
