@@ -71,7 +71,7 @@ class _Helped:
     """One partition as a helper sees it: the chunks it holds and what its application
     committed of them, the child's runs (what was handed out), and the reading queue."""
 
-    __slots__ = ("epoch", "history", "ledger", "queue", "reading", "runs", "staged")
+    __slots__ = ("chain", "cursor", "epoch", "history", "ledger", "queue", "runs", "staged")
 
     def __init__(self) -> None:
         #: U = the held chunks' offsets not yet committed (position: nowhere)
@@ -79,7 +79,10 @@ class _Helped:
         self.history = History()
         self.epoch = self.history.begin(_NOWHERE, _NOWHERE)
         self.queue: list[ChunkKey] = []  #: won, not read yet
-        self.reading: ChunkKey | None = None  #: being read by the child
+        #: the chunks the child reads in one go, in order, each starting where the one
+        #: before ends: their pending offsets are the child's ledger (``cursor``)
+        self.chain: list[ChunkKey] = []
+        self.cursor: Ledger | None = None
         self.runs: dict[ChunkKey, Run] = {}  #: the child run that read each chunk
         self.staged: list[Claim] = []  #: store_offsets() of its records, for the next commit
 
@@ -124,6 +127,9 @@ class GroupCatchup:
         self.assigned_topics: Callable[[], Iterable[str]] = lambda: ()
         #: pieces this member offered, claimed and declared done at once (``_hand_back``)
         self._handed_back: set[ChunkKey] = set()
+        #: chunks offered by this tick: claimable at once (the log takes the claim after
+        #: the offer: it wins), not a round trip later, once the offer is read back
+        self._offered_now: list[ChunkKey] = []
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
         # counters (metrics)
@@ -209,6 +215,7 @@ class GroupCatchup:
                 self._send(ClaimRecord("offer", self.member, key[0], key[1], batch))
             for s, e in chunks:
                 offering.add(s, e)
+                self._offered_now.append((key[0], key[1], s, e))
             self.chunks_offered += len(chunks)
             log.info("%s [%d]: offered %d chunks of its backlog to the group", *key, len(chunks))
 
@@ -263,7 +270,7 @@ class GroupCatchup:
         later, not after an idle wait on the primary)."""
         child = self._child
         return any(
-            h.reading is not None and child.position(k) is None for k, h in self._helped.items()
+            h.chain and _passed(child.position(k), h.chain[0]) for k, h in self._helped.items()
         )
 
     @property
@@ -377,9 +384,8 @@ class GroupCatchup:
         self._held.discard(ck)
         if ck in h.queue:
             h.queue.remove(ck)
-        if h.reading == ck:
-            self._child.stop([key])
-            h.reading = None
+        if ck in h.chain:
+            self._cut_chain(key, h, ck)
         h.ledger.ranges.remove(ck[2], ck[3])
         h.runs.pop(ck, None)
         if lost:
@@ -394,26 +400,63 @@ class GroupCatchup:
                 self._drop(ck, "claimed by another member after this member's claim expired")
 
     def _mark_read(self, key: Key, h: _Helped) -> None:
-        if h.reading is not None and self._child.position(key) is None:
-            log.debug("read %s", h.reading)
-            h.reading = None  # read to its end
+        """Chunks of the chain the child's position has passed are read to their end."""
+        pos = self._child.position(key)
+        while h.chain and _passed(pos, h.chain[0]):
+            log.debug("read %s", h.chain.pop(0))
+        if not h.chain:
+            h.cursor = None
+
+    def _cut_chain(self, key: Key, h: _Helped, ck: ChunkKey) -> None:
+        """``ck`` leaves the chain (lost, given back), and with it the chunks after it
+        (back to the front of the queue, unread): the child's run must never reach past
+        a gap, or a commit of a record after it would claim the gap's offsets, which
+        this member may win and hold again later."""
+        self._mark_read(key, h)
+        if ck not in h.chain:
+            return
+        i = h.chain.index(ck)
+        rest, h.chain = h.chain[i + 1 :], h.chain[:i]
+        h.queue[:0] = rest
+        pos = self._child.position(key)
+        if h.cursor is None or not h.chain or (pos is not None and pos >= ck[2]):
+            self._child.stop([key])  # reading ck itself: stop, as before chains
+            h.queue[:0] = h.chain  # none of it read (else _mark_read had popped it)
+            h.chain, h.cursor = [], None
+            return
+        h.cursor.ranges.remove(ck[2], 1 << 62)
+        self._child.refresh(key)  # the current piece ends at the cut
 
     def _advance_reading(self) -> None:
-        """The child reads one chunk per partition at a time, the next once it is read."""
+        """The child reads a partition's chunks one after the other. A chunk starting
+        where the chain ends joins it before the child gets there: the child reads on
+        into it from what librdkafka already fetched, with no seek. Started afresh,
+        each chunk cost 60-140 ms (unassign, assign, a new fetch) on Apache Kafka 3.9:
+        one member drained 300,000 records in 18.3 s against 16.2 s without group
+        catch-up."""
         for key, h in self._helped.items():
             self._mark_read(key, h)
-            if h.reading is None and h.queue:
-                ck = h.queue.pop(0)
-                reading = Ledger(_NOWHERE, _within(h.ledger.ranges, ck[2], ck[3]))
-                if not reading.ranges:
-                    continue  # all of it processed already: done by _publish_done
-                try:
-                    self._child.start(key, reading, h.epoch)
-                except (KafkaException, RuntimeError) as exc:
-                    h.queue.insert(0, ck)
-                    log.warning("%s [%d]: the child could not start a chunk: %s", *key, exc)
+            while h.queue:
+                ck = h.queue[0]
+                pending = _within(h.ledger.ranges, ck[2], ck[3])
+                if not pending:
+                    h.queue.pop(0)  # all of it processed already: done by _publish_done
                     continue
-                h.reading = ck
+                if h.chain:
+                    if h.cursor is None or ck[2] != h.chain[-1][3]:
+                        break  # not next to the chain: read once the chain is
+                    for s, e in pending:
+                        h.cursor.ranges.add(s, e)
+                else:
+                    cursor = Ledger(_NOWHERE, pending)
+                    try:
+                        self._child.start(key, cursor, h.epoch)
+                    except (KafkaException, RuntimeError) as exc:
+                        log.warning("%s [%d]: the child could not start a chunk: %s", *key, exc)
+                        break
+                    h.cursor = cursor
+                h.queue.pop(0)
+                h.chain.append(ck)
                 log.debug("reading %s", ck)
                 h.runs[ck] = h.epoch.child[-1]
                 h.history.trim(h.epoch)
@@ -423,7 +466,7 @@ class GroupCatchup:
         compaction) is processed once its last record is: those offsets leave the ledger."""
         for key, h in self._helped.items():
             for ck, run in list(h.runs.items()):
-                if ck == h.reading or ck in h.queue or ck not in self._held:
+                if ck in h.chain or ck in h.queue or ck not in self._held:
                     continue
                 pending = _within(h.ledger.ranges, ck[2], ck[3])
                 end = pending.last_end()
@@ -441,26 +484,30 @@ class GroupCatchup:
             self._publish_done(key)
 
     def _maybe_claim(self, now: float) -> None:
+        offered, self._offered_now = self._offered_now, []
         if self._claiming is not None or not self.helping:
             return
         # a partition the application paused reads nothing: its chunks are no work ahead,
         # and none of it is claimed (holding two of them stopped every other partition's)
         paused = self._child.is_paused
         ahead = sum(
-            len(h.queue) + (h.reading is not None)
-            for key, h in self._helped.items()
-            if not paused(key)
+            len(h.queue) + len(h.chain) for key, h in self._helped.items() if not paused(key)
         )
         if ahead >= PREFETCH:
             return
         free = [
             ck
-            for ck in self._state.free()
+            for ck in [*self._state.free(), *offered]
             if ck not in self._held and not paused(ck[:2]) and self._reads(ck[0])
         ]
         if not free:
             return
-        ck = random.choice(free[:_PICK_AMONG])
+        # the chunk right after the last one this member reads of its partition, if free:
+        # the child reads on into it (_advance_reading); else one at random, so that
+        # members starting together pick different chunks
+        ends = {(*k, (h.queue or h.chain)[-1][3]) for k, h in self._helped.items()
+                if h.queue or h.chain}  # fmt: skip
+        ck = next((c for c in free if c[:3] in ends), None) or random.choice(free[:_PICK_AMONG])
         log.debug("claim %s", ck)
         self._claiming = ck
         self._claim_sent_at = now
@@ -471,7 +518,7 @@ class GroupCatchup:
         if h is None:
             return
         for ck in [c for c in self._held if c[0] == key[0] and c[1] == key[1]]:
-            if ck in h.queue or ck == h.reading:
+            if ck in h.queue or ck in h.chain:
                 continue
             if h.ledger.ranges.last_overlapping(ck[2], ck[3]) is None:
                 self._held.discard(ck)
@@ -664,6 +711,11 @@ def _stream_claims(h: _Helped, offset: int) -> list[Claim]:
         return claims
     before = [(r.start, r.next) for r in runs[:first]]
     return claims + _unclaimed(h, [*h.history.forgotten, *before])
+
+
+def _passed(position: int | None, ck: ChunkKey) -> bool:
+    """The child's ``position`` (None: it reads nothing of the partition) is past ``ck``."""
+    return position is None or position >= ck[3]
 
 
 def _within(ranges: RangeSet, start: int, end: int) -> RangeSet:

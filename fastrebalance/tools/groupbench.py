@@ -38,7 +38,7 @@ __all__ = ["GroupRun", "add_command", "format_table", "main", "run_from_args", "
 
 KINDS = ("plain", "catchup", "group")
 #: The issue's proof: what ``fastrebalance bench --scenario group`` runs.
-DEFAULTS = {"backlog": 300_000, "work_us": 50.0, "members": (1, 2, 3), "kinds": KINDS,
+DEFAULTS = {"backlog": 300_000, "work_us": 50.0, "members": (1, 2, 3, 4), "kinds": KINDS,
             "chunk": 10_000}  # fmt: skip
 
 
@@ -113,8 +113,7 @@ def _run_one(
                      "parallel.rebalance.group.chunk.records": o["chunk"]}  # fmt: skip
     spec = {"kind": "member", "consumer": kind, "bootstrap": bootstrap, "topics": [topic],
             "group": group, "backlog": o["backlog"], "work_us": o["work_us"], "consume_s": 0.1,
-            "fast_conf": fast_conf, "conf": {"enable.auto.commit": False,
-            "fetch.wait.max.ms": 10, "session.timeout.ms": 10000}}  # fmt: skip
+            "fast_conf": fast_conf, "conf": {"enable.auto.commit": False}}  # fmt: skip
     done = _Processed(members)
     fresh = FreshProducer(bootstrap, [(topic, 0)], o["rate"])
     fresh.start()
