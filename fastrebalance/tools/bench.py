@@ -519,7 +519,8 @@ examples:
     a.option(p, "--work-us", d.work_us, float_list, "W,...",
              "work per record, microseconds (default: {})")
     a.option(p, "--reps", d.reps, count, "N",
-             "repetitions of every recovery run; tables show medians (default: {})")
+             "repetitions of every recovery run (and group run); tables show medians "
+             "(default: {})")
     a.option(p, "--steady-reps", d.steady_reps, count, "N",
              "repetitions of every steady-state run (default: {})")
     a.option(p, "--duration", d.duration_s, a.positive(), "SECONDS",
@@ -530,7 +531,7 @@ examples:
     a.option(p, "--throughput-records", d.throughput_records, count, "N",
              "records each steady-state run reads (default: {})")
     p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
-                   help="which scenario to run (default: all; group: group-wide catch-up, 1-3 "
+                   help="which scenario to run (default: all; group: group-wide catch-up, 1-4 "
                    "member processes, python -m fastrebalance.tools.groupbench run --help)")
     a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
                         "topics and groups are deleted afterwards")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import statistics
 import sys
 import time
 import uuid
@@ -39,7 +40,7 @@ __all__ = ["GroupRun", "add_command", "format_table", "main", "run_from_args", "
 KINDS = ("plain", "catchup", "group")
 #: The issue's proof: what ``fastrebalance bench --scenario group`` runs.
 DEFAULTS = {"backlog": 300_000, "work_us": 50.0, "members": (1, 2, 3, 4), "kinds": KINDS,
-            "chunk": 10_000}  # fmt: skip
+            "chunk": 10_000, "reps": 1}  # fmt: skip
 
 
 @dataclass
@@ -52,6 +53,7 @@ class GroupRun:
     fresh_p99_ms: float | None
     fresh: int
     shares: list[int]
+    rep: int = 0
 
 
 class _Processed:
@@ -162,44 +164,70 @@ def run_group_bench(
     out: Callable[[str], None] = print,
     *,
     create: Callable[[str, int], None],
+    reps: int = 1,
 ) -> list[GroupRun]:
-    """Every (members, kind) run; ``create`` makes a topic (the cluster's own). The
-    defaults are the issue's proof, what ``fastrebalance bench --scenario group`` runs."""
+    """Every (members, kind) run, ``reps`` times (each repetition runs the kinds of a
+    member count one after the other, so that what the machine does meanwhile falls on
+    them alike); ``create`` makes a topic (the cluster's own). The defaults are the
+    issue's proof, what ``fastrebalance bench --scenario group`` runs."""
     o = {"backlog": backlog, "work_us": work_us, "rate": rate, "chunk": chunk,
          "timeout": timeout_s}  # fmt: skip
     runs = []
-    for members, kind in itertools.product(member_counts, kinds):
+    for members, i, kind in itertools.product(member_counts, range(reps), kinds):
         r = _run_one(bootstrap, kind, members, o, create)
+        r.rep = i
         out(
-            f"{kind} x{members}: drain {r.drain_s}s (start {r.start_s}s), fresh "
-            f"p50 {r.fresh_p50_ms} ms p99 {r.fresh_p99_ms} ms, shares {r.shares}"
+            f"{kind} x{members} (repetition {i + 1}): drain {r.drain_s}s (start {r.start_s}s), "
+            f"fresh p50 {r.fresh_p50_ms} ms p99 {r.fresh_p99_ms} ms, shares {r.shares}"
         )
         runs.append(r)
     return runs
 
 
-def format_table(runs: list[GroupRun], command: str) -> str:
-    by = {(r.kind, r.members): r for r in runs}
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
-    def vs(r: GroupRun, base: str) -> str:
-        b = by.get((base, r.members))
-        return ratio(div(r.drain_s, b.drain_s if b else None))
+
+def format_table(runs: list[GroupRun], command: str) -> str:
+    """One row per (members, kind): the medians over the repetitions, and the ratios as
+    the median of each repetition's own ratio (machines are noisy: the kinds of one
+    repetition ran minutes apart at most). The owner's fresh latency: the partition's
+    fresh records are the owner's primary's alone."""
+    by = {(r.kind, r.members, r.rep): r for r in runs}
+    rows = list({(r.members, r.kind): None for r in runs})
+    reps = sorted({r.rep for r in runs})
+
+    def of(members: int, kind: str) -> list[GroupRun]:
+        return [by[(kind, members, i)] for i in reps if (kind, members, i) in by]
+
+    def vs(members: int, kind: str, base: str) -> str:
+        return ratio(_median([
+            div(r.drain_s, by[(base, members, r.rep)].drain_s)
+            for r in of(members, kind) if (base, members, r.rep) in by
+        ]))  # fmt: skip
 
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:,.2f}"
 
+    def med(members: int, kind: str, field: str) -> str:
+        return num(_median([getattr(r, field) for r in of(members, kind)]))
+
     lines = [
         f"Group-wide catch-up: `{command}`",
         "",
-        "| members | kind | drain s | vs catchup | vs plain | fresh p50 ms | fresh p99 ms "
-        "| backlog share per member |",
+        f"{len(reps)} repetition(s); drain and latencies: medians; ratios: the median of each "
+        "repetition's own ratio; shares: the first repetition's.",
+        "",
+        "| members | kind | drain s | vs catchup | vs plain | owner's fresh p50 ms "
+        "| owner's fresh p99 ms | backlog share per member |",
         "|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
-        f"| {r.members} | {r.kind} | {num(r.drain_s)} | {vs(r, 'catchup')} "
-        f"| {vs(r, 'plain')} | {num(r.fresh_p50_ms)} | {num(r.fresh_p99_ms)} "
-        f"| {', '.join(f'{s:,}' for s in r.shares)} |"
-        for r in runs
+        f"| {m} | {k} | {med(m, k, 'drain_s')} | {vs(m, k, 'catchup')} | {vs(m, k, 'plain')} "
+        f"| {med(m, k, 'fresh_p50_ms')} | {med(m, k, 'fresh_p99_ms')} "
+        f"| {', '.join(f'{s:,}' for s in of(m, k)[0].shares)} |"
+        for m, k in rows
     ]
     return "\n".join(lines) + "\n"
 
@@ -223,6 +251,8 @@ def add_command(commands: a.Commands) -> None:
     a.rate(p, 200, "fresh records per second (default: {})")
     a.option(p, "--chunk", d["chunk"], a.number(int, 1), "N",
              "parallel.rebalance.group.chunk.records (default: {})")
+    a.option(p, "--reps", d["reps"], a.number(int, 1), "N",
+             "repetitions of each member count (default: {})")
     a.timeout(p, 300.0, "give up on a drain after this long (default: {})")
     a.report_files(p)
     p.set_defaults(func=run_from_args)
@@ -232,8 +262,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     """The ``run`` command, and ``fastrebalance bench --scenario group``: bench's own
     namespace gives ``rate``, ``timeout`` and the cluster, ``DEFAULTS`` the rest. The
     printed command names every value used, so that either one is reproduced."""
-    o = vars(args) if args.command == "run" else {**vars(args), **DEFAULTS}
-    shown = ("backlog", "work_us", "members", "kinds", "rate", "chunk", "timeout")
+    # bench's --reps (repetitions of every run) counts here too; its defaults the rest
+    o = vars(args) if args.command == "run" else {**vars(args), **DEFAULTS, "reps": args.reps}
+    shown = ("backlog", "work_us", "members", "kinds", "rate", "chunk", "reps", "timeout")
     words = [f"--{k.replace('_', '-')} {a.word(o[k])}" for k in shown]
     with Session("gbench", args.bootstrap_servers) as session:
         command = " ".join(["python -m fastrebalance.tools.groupbench run", *words])
@@ -252,6 +283,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             session.bootstrap, backlog=o["backlog"], work_us=float(o["work_us"]),
             member_counts=o["members"], kinds=o["kinds"], rate=o["rate"], chunk=o["chunk"],
             timeout_s=o["timeout"], out=lambda line: print(line, flush=True), create=create,
+            reps=o["reps"],
         )  # fmt: skip
     a.write_report(args, format_table(runs, command), runs)
     return a.EXIT_OK if all(r.drain_s is not None for r in runs) else a.EXIT_CHECK_FAILED

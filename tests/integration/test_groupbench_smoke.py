@@ -20,11 +20,15 @@ def test_group_bench_smoke(kafka_cluster: KafkaCluster) -> None:
         timeout_s=60,
         out=lines.append,
         create=kafka_cluster.create_topic,
+        reps=2,
     )
-    assert [(r.kind, r.members) for r in runs] == [("catchup", 2), ("group", 2)]
+    assert [(r.kind, r.members, r.rep) for r in runs] == [
+        ("catchup", 2, 0), ("group", 2, 0), ("catchup", 2, 1), ("group", 2, 1)
+    ]  # fmt: skip
     for r in runs:
         assert r.drain_s is not None and r.drain_s > 0, r
         assert sum(r.shares) >= 3000, r  # every backlog record processed (twice only after a crash)
     table = format_table(runs, "smoke")
     assert "| 2 | group |" in table and "x |" in table
-    assert len(lines) == 2
+    assert table.count("| 2 | group |") == 1  # one row per kind: the repetitions' medians
+    assert len(lines) == 4

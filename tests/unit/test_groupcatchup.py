@@ -264,7 +264,9 @@ def test_a_claim_read_back_after_the_member_gave_up_on_it_is_still_its_own(
     from fastrebalance import _groupcatchup
     from fastrebalance._groupcatchup import _CLAIM_GIVE_UP_S
 
-    picks = itertools.count()  # each claim picks the next free chunk: never the same twice
+    # each claim picks the next free chunk: never the same twice (the first, claimed as it
+    # is offered, is the first chunk)
+    picks = itertools.count(1)
     monkeypatch.setattr(_groupcatchup.random, "choice", lambda seq: seq[next(picks) % len(seq)])
     a, _, shared, _ = _team()
     a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
@@ -437,22 +439,19 @@ def test_settle_absorbs_the_members_own_last_done_before_it_leaves() -> None:
     assert not ledger.ranges and a.writes == [[KEY]]
 
 
-def _second_then_first(monkeypatch: Any) -> None:
-    """random.choice picks the second free chunk once, then always the first: a claim
-    that follows the chunk read is then the preference's doing, not chance's."""
+def _last_free(monkeypatch: Any) -> None:
+    """random.choice picks the last free chunk: a claim that follows the chunk being read
+    is then the preference's doing, not chance's."""
     from fastrebalance import _groupcatchup
 
-    calls = iter(range(1_000))
-    monkeypatch.setattr(
-        _groupcatchup.random, "choice", lambda seq: seq[1 if next(calls) == 0 else 0]
-    )
+    monkeypatch.setattr(_groupcatchup.random, "choice", lambda seq: seq[-1])
 
 
 def test_the_next_chunk_joins_the_one_being_read_with_no_restart(monkeypatch: Any) -> None:
     # one member alone drained 300,000 records in 18.3 s against 16.2 s without group
     # catch-up on Apache Kafka 3.9: each chunk was started afresh (unassign, assign, a new
     # fetch: 60-140 ms each); the chunk after the one being read joins it instead
-    _second_then_first(monkeypatch)
+    _last_free(monkeypatch)
     starts: list[Any] = []
     a, _, shared, _ = _team()
     real_start = a.child.start
@@ -461,19 +460,20 @@ def test_the_next_chunk_joins_the_one_being_read_with_no_restart(monkeypatch: An
     for _ in range(4):
         a.tick()
     h = a.g._helped[KEY]
-    assert h.chain == [(*KEY, 10, 20), (*KEY, 20, 30)]  # the claim followed the chunk read
+    # the owner claimed the first chunk as it offered it, then the one after it
+    assert h.chain == [(*KEY, 0, 10), (*KEY, 10, 20)]
     assert len(starts) == 1 and h.cursor is not None
-    assert h.cursor.ranges.as_tuple() == ((10, 30),)
-    assert a.child.hand_all(KEY) == (10, 30)  # read on from one chunk into the next
-    a.g.commit({KEY: _claims(a, 29)}, sync=False, timeout_s=1)
-    assert sorted(_kinds(shared, "a", "done")) == [(10, 20), (20, 30)]
+    assert h.cursor.ranges.as_tuple() == ((0, 20),)
+    assert a.child.hand_all(KEY) == (0, 20)  # read on from one chunk into the next
+    a.g.commit({KEY: _claims(a, 19)}, sync=False, timeout_s=1)
+    assert sorted(_kinds(shared, "a", "done")) == [(0, 10), (10, 20)]
 
 
 @pytest.mark.parametrize("lost", ["current", "next"])
 def test_a_chunk_lost_from_the_chain_cuts_it_there(monkeypatch: Any, lost: str) -> None:
     # the child's run must never reach past a chunk this member no longer holds: a commit
     # after it would claim that chunk's offsets, which the member may win and hold again
-    _second_then_first(monkeypatch)
+    _last_free(monkeypatch)
     a, _, shared, _ = _team()
     a.g.own([(KEY, Ledger(100, RangeSet([(0, 40)])))])
     for _ in range(4):
@@ -483,13 +483,13 @@ def test_a_chunk_lost_from_the_chain_cuts_it_there(monkeypatch: Any, lost: str) 
     a.g._drop(first if lost == "current" else second, "lost (test)")
     if lost == "next":
         assert h.chain == [first] and h.cursor is not None
-        assert h.cursor.ranges.as_tuple() == ((10, 20),)
-        assert a.child.hand_all(KEY) == (10, 20)
-        a.g.commit({KEY: _claims(a, 19)}, sync=False, timeout_s=1)
-        assert _kinds(shared, "a", "done") == [(10, 20)]
+        assert h.cursor.ranges.as_tuple() == ((0, 10),)
+        assert a.child.hand_all(KEY) == (0, 10)
+        a.g.commit({KEY: _claims(a, 9)}, sync=False, timeout_s=1)
+        assert _kinds(shared, "a", "done") == [(0, 10)]
     else:
         assert h.chain == [] and KEY in a.child.stopped and h.queue == [second]
         a.tick()
-        assert h.chain == [second] and a.child.hand_all(KEY)[0] == 20  # a new run
-        a.g.commit({KEY: _claims(a, 29)}, sync=False, timeout_s=1)
-        assert _kinds(shared, "a", "done") == [(20, 30)]
+        assert h.chain == [second] and a.child.hand_all(KEY)[0] == 10  # a new run
+        a.g.commit({KEY: _claims(a, 19)}, sync=False, timeout_s=1)
+        assert _kinds(shared, "a", "done") == [(10, 20)]
