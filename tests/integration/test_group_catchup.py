@@ -331,7 +331,8 @@ def test_commit_offsets_of_chunk_records_never_moves_the_owners_offset(
     from .helpers import base_conf, group_offsets
 
     bootstrap, topic, other = kafka_cluster.bootstrap_servers, topic_factory(1), topic_factory(1)
-    prepare(bootstrap, topic, unique_group, 3000)
+    # 10 chunks: more than the owner holds ahead (5,000 records), so the helper has some
+    prepare(bootstrap, topic, unique_group, 10_000)
     conf = base_conf(
         bootstrap,
         unique_group,
