@@ -42,6 +42,7 @@ def opts(**extra: str):
         ({"startingOffsetsByTimestamp": '{"orders": {"0": -1}}'}, "startingOffsetsByTimestamp"),
         ({"startingOffsetsByTimestampStrategy": "newest"}, "startingOffsetsByTimestampStrategy"),
         ({"maxRecordsPerPartition": "x"}, "maxRecordsPerPartition"),
+        ({"kafka.isolation.level": "committed"}, "kafka.isolation.level='committed'"),
     ],
 )
 def test_refused_options_name_themselves(extra: dict, message: str) -> None:
@@ -115,6 +116,16 @@ def test_group_id_prefix_and_slice_size() -> None:
     assert conf["group.id"].startswith("etl-driver-")
     assert opts(**{"catchup.chunkSize": "500", "maxRecordsPerPartition": "200"}).slice_size == 200
     assert opts(**{"catchup.chunkSize": "500"}).slice_size == 500
+
+
+def test_isolation_level_is_spark_kafka_sources_unless_set() -> None:
+    """Issue 33, item 2: librdkafka reads read_committed by default, Spark's Kafka source (the
+    Java consumer's default) read_uncommitted; the driver's log ends and the executors' reads
+    come from the same config, so they agree either way."""
+    for role in ("driver", "executor"):
+        assert opts().consumer_config(role)["isolation.level"] == "read_uncommitted"
+        chosen = opts(**{"kafka.isolation.level": " READ_COMMITTED"}).consumer_config(role)
+        assert chosen["isolation.level"] == "read_committed"
 
 
 # -- batch reads -----------------------------------------------------------------------------
