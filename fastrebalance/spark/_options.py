@@ -52,6 +52,9 @@ DEFAULT_FETCH_RETRY_INTERVAL_MS = 10
 #: default is read_committed. Users moving a query over expect the records Spark gave them.
 DEFAULT_ISOLATION_LEVEL = "read_uncommitted"
 _ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+#: What librdkafka accepts for security.protocol (any case). Checked here so that a misspelt
+#: value fails the query when it starts, before anything waits on a broker.
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 # Option name (as documented) -> (default, meaning), for docs/spark.md and error messages.
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -298,6 +301,14 @@ def parse_options(options: Mapping[str, str], *, batch: bool = False) -> SourceO
             if name in _FORBIDDEN_KAFKA:
                 raise ValueError(f"option {key} is not supported: {_FORBIDDEN_KAFKA[name]}")
             kafka[name] = value
+    protocol = kafka.get("security.protocol")
+    if protocol is not None and protocol.strip().upper() not in _SECURITY_PROTOCOLS:
+        close = difflib.get_close_matches(protocol.strip().upper(), _SECURITY_PROTOCOLS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ValueError(
+            f"option kafka.security.protocol={protocol!r} must be one of"
+            f" {', '.join(_SECURITY_PROTOCOLS)}{hint}"
+        )
     level = kafka.get("isolation.level")
     if level is not None:
         kafka["isolation.level"] = level = level.strip().lower()

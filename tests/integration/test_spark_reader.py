@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fastrebalance.spark import _kafka
@@ -315,3 +315,20 @@ def test_isolation_level_reads_what_spark_kafka_source_reads(
         assert seen["read_committed"] == (6, ["p0", "p1", "p2"])  # 6: the last stable offset
     finally:
         txn.abort_transaction(30)
+
+
+def test_a_wrong_security_protocol_is_named_in_the_error(kafka_cluster) -> None:
+    """Issue 33, item 3: SSL against a PLAINTEXT listener failed the query after 30-33 s
+    with a bare "Broker transport failure". One try here (10 s) instead of the default 3."""
+    bs = kafka_cluster.bootstrap_servers
+    opts = _options(bs, "any", **{"kafka.security.protocol": "SSL", "fetchOffset.numRetries": "1"})
+    fetcher = OffsetFetcher(opts)
+    try:
+        with pytest.raises(KafkaException) as failed:
+            fetcher.partitions(refresh=True)
+    finally:
+        fetcher.close()
+    message = failed.value.args[0].str()
+    assert f"kafka.bootstrap.servers={bs} with kafka.security.protocol=SSL" in message
+    assert "PLAINTEXT broker listener?" in message  # librdkafka's own guess, from its error_cb
+    assert failed.value.args[0].code() == KafkaError._TRANSPORT

@@ -43,6 +43,9 @@ def opts(**extra: str):
         ({"startingOffsetsByTimestampStrategy": "newest"}, "startingOffsetsByTimestampStrategy"),
         ({"maxRecordsPerPartition": "x"}, "maxRecordsPerPartition"),
         ({"kafka.isolation.level": "committed"}, "kafka.isolation.level='committed'"),
+        # issue 33, item 3: refused by name before any Kafka client is made
+        ({"kafka.security.protocol": "SASL_PLAIN"}, r"protocol='SASL_PLAIN'.*SASL_PLAINTEXT\?"),
+        ({"kafka.security.protocol": "TLS"}, r"must be one of PLAINTEXT, SSL, SASL_PLAINTEXT"),
     ],
 )
 def test_refused_options_name_themselves(extra: dict, message: str) -> None:
@@ -116,6 +119,11 @@ def test_group_id_prefix_and_slice_size() -> None:
     assert conf["group.id"].startswith("etl-driver-")
     assert opts(**{"catchup.chunkSize": "500", "maxRecordsPerPartition": "200"}).slice_size == 200
     assert opts(**{"catchup.chunkSize": "500"}).slice_size == 500
+
+
+def test_security_protocols_librdkafka_accepts_are_accepted_in_any_case() -> None:
+    for value in ("plaintext", "SSL", "sasl_plaintext", "SASL_SSL"):
+        assert opts(**{"kafka.security.protocol": value}).kafka["security.protocol"] == value
 
 
 def test_isolation_level_is_spark_kafka_sources_unless_set() -> None:
