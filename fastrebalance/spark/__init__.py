@@ -28,13 +28,24 @@ __all__ = ["SCHEMA", "FastRebalanceDataSource", "register"]
 MIN_PYSPARK = (4, 2)
 
 
-def register(spark: SparkSession) -> None:
+def register(spark: SparkSession, *, on_backlog_dropped: str = "log") -> None:
     """Make ``spark.readStream.format("fastrebalance")`` available in this session.
 
     Checks the versions first: on an older PySpark the import of the admission-control API
     fails with a bare ImportError, and without pyarrow the query dies much later with a
     misleading "Python worker failed to connect back".
+
+    Also adds, once per session, a listener that logs an ERROR when an event-time query's
+    watermark drops rows while a restart backlog is read (Spark only counts them), and with
+    ``on_backlog_dropped="stop"`` stops that query too (see ``_watch`` and docs/spark.md,
+    "Event time"). Calling it again changes that choice for the session's listener.
     """
+    from ._watch import ON_BACKLOG_DROPPED
+
+    if on_backlog_dropped not in ON_BACKLOG_DROPPED:
+        raise ValueError(
+            f"on_backlog_dropped={on_backlog_dropped!r} must be one of {ON_BACKLOG_DROPPED}"
+        )
     import pyspark
 
     version = tuple(int(x) for x in pyspark.__version__.split(".")[:2] if x.isdigit())
@@ -50,8 +61,19 @@ def register(spark: SparkSession) -> None:
             "fastrebalance.spark needs pyarrow: pip install 'fastrebalance[spark]'"
         ) from None
     from ._source import FastRebalanceDataSource
+    from ._watch import CatchupWatermarkWatch
 
     spark.dataSource.register(FastRebalanceDataSource)
+    watch = getattr(spark, _WATCH_ATTR, None)
+    if watch is None:
+        watch = CatchupWatermarkWatch(spark, on_backlog_dropped)
+        spark.streams.addListener(watch)
+        setattr(spark, _WATCH_ATTR, watch)
+    watch.on_backlog_dropped = on_backlog_dropped
+
+
+#: Where a session keeps its listener, so that registering twice adds it once.
+_WATCH_ATTR = "_fastrebalance_watch"
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ._options import SourceOptions
 from ._plan import Marks, TopicPartitionKey
@@ -48,6 +48,8 @@ class OffsetFetcher:
         self._marks_at = float("-inf")
         self._lows: dict[TopicPartitionKey, int] = {}
         self._lows_at = float("-inf")
+        # The last thing a broker connection said (librdkafka's error_cb): why a call failed.
+        self._last_error: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Never ship a live handle (or its cache) to an executor.
@@ -58,8 +60,14 @@ class OffsetFetcher:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(self._options.consumer_config("driver"))
+            conf = self._options.consumer_config("driver")
+            self._consumer = Consumer({**conf, "error_cb": self._on_error})
         return self._consumer
+
+    def _on_error(self, err: KafkaError) -> None:
+        # "1/1 brokers are down" follows every failed connection and says less than it does
+        if err.code() != KafkaError._ALL_BROKERS_DOWN:
+            self._last_error = err.str()
 
     def partitions(self, *, refresh: bool = False) -> list[TopicPartitionKey]:
         """The partitions the subscription reads now: one metadata request for all topics."""
@@ -159,16 +167,43 @@ class OffsetFetcher:
         return out
 
     def _retry(self, call: Any) -> Any:
-        """fetchOffset.numRetries tries: a broker restart should not fail the whole query."""
+        """fetchOffset.numRetries tries: a broker restart should not fail the whole query.
+
+        The last failure is raised with what the user can act on: librdkafka says only
+        "Broker transport failure" after each try's timeout (30 s with the defaults), while
+        its error callback had said why at once (e.g. "SSL handshake failed ... connecting to
+        a PLAINTEXT broker listener?"). A config librdkafka refuses is not tried again.
+        """
         tries = self._options.fetch_retries
         for attempt in range(tries):
             try:
                 return call()
-            except KafkaException:
-                if attempt == tries - 1:
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is not None and err.code() == KafkaError._INVALID_ARG:
                     raise
+                if attempt == tries - 1:
+                    raise self._unreachable(exc, err, tries) from exc
                 time.sleep(self._options.fetch_retry_interval_s * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _unreachable(
+        self, exc: KafkaException, err: KafkaError | None, tries: int
+    ) -> KafkaException:
+        """``exc`` with the brokers and security.protocol tried, and the brokers' last word
+        (the KafkaError code is kept)."""
+        if self._consumer is not None:
+            self._consumer.poll(0)  # serves the error callbacks queued meanwhile
+        kafka = self._options.kafka
+        protocol = kafka.get("security.protocol", "PLAINTEXT (the default)")
+        message = (
+            f"Kafka at kafka.bootstrap.servers={kafka.get('bootstrap.servers')} with"
+            f" kafka.security.protocol={protocol} did not answer after {tries} tries"
+            f" (fetchOffset.numRetries): {err.str() if err is not None else exc}"
+        )
+        if self._last_error:
+            message += f"; last connection error: {self._last_error}"
+        return KafkaException(KafkaError(err.code() if err is not None else -1, message))
 
     def close(self) -> None:
         if self._consumer is not None:

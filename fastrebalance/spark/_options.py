@@ -48,6 +48,13 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"
 DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
 DEFAULT_FETCH_RETRIES = 3
 DEFAULT_FETCH_RETRY_INTERVAL_MS = 10
+#: Spark's Kafka source reads with the Java consumer's default, read_uncommitted; librdkafka's
+#: default is read_committed. Users moving a query over expect the records Spark gave them.
+DEFAULT_ISOLATION_LEVEL = "read_uncommitted"
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+#: What librdkafka accepts for security.protocol (any case). Checked here so that a misspelt
+#: value fails the query when it starts, before anything waits on a broker.
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 # Option name (as documented) -> (default, meaning), for docs/spark.md and error messages.
 OPTIONS: dict[str, tuple[str, str]] = {
@@ -142,6 +149,10 @@ OPTIONS: dict[str, tuple[str, str]] = {
         str(DEFAULT_WATERMARK_CACHE_MS),
         "how long the driver reuses the log ends it fetched",
     ),
+    "kafka.isolation.level": (
+        DEFAULT_ISOLATION_LEVEL,
+        "read_uncommitted (Spark's Kafka source) or read_committed",
+    ),
     "kafka.*": ("", "any librdkafka consumer property, e.g. kafka.security.protocol"),
 }
 
@@ -199,6 +210,9 @@ class SourceOptions:
         """
         conf: dict[str, Any] = {
             "group.id": f"{self.group_id_prefix}-{role}-{uuid.uuid4().hex[:12]}",
+            # The driver's log ends and the executors' reads must agree on it: both come from
+            # here (the last stable offset under read_committed, the high watermark otherwise).
+            "isolation.level": DEFAULT_ISOLATION_LEVEL,
             **self.kafka,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -287,6 +301,22 @@ def parse_options(options: Mapping[str, str], *, batch: bool = False) -> SourceO
             if name in _FORBIDDEN_KAFKA:
                 raise ValueError(f"option {key} is not supported: {_FORBIDDEN_KAFKA[name]}")
             kafka[name] = value
+    protocol = kafka.get("security.protocol")
+    if protocol is not None and protocol.strip().upper() not in _SECURITY_PROTOCOLS:
+        close = difflib.get_close_matches(protocol.strip().upper(), _SECURITY_PROTOCOLS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ValueError(
+            f"option kafka.security.protocol={protocol!r} must be one of"
+            f" {', '.join(_SECURITY_PROTOCOLS)}{hint}"
+        )
+    level = kafka.get("isolation.level")
+    if level is not None:
+        kafka["isolation.level"] = level = level.strip().lower()
+        if level not in _ISOLATION_LEVELS:
+            raise ValueError(
+                f"option kafka.isolation.level={level!r} must be one of"
+                f" {', '.join(_ISOLATION_LEVELS)}"
+            )
     chunk_size = _int(opts, "catchup.chunkSize", DEFAULT_CHUNK_SIZE, 1)
     target_ms = _int(opts, "catchup.targetBatchDurationMs", DEFAULT_TARGET_BATCH_MS, 1)
     retries = _int(opts, "fetchOffset.numRetries", DEFAULT_FETCH_RETRIES, 1)

@@ -68,6 +68,11 @@ LIVE_POLL_S = 0.02
 PACE_SLACK = 1.1
 PACE_JITTER_S = 0.05
 
+#: A planning call that starts this soon after a whole second of the wall clock may be a
+#: processingTime tick (see _on_tick); Spark 4.3 made the call 1-2 ms after the tick on this
+#: 2-core machine at load average 3, and started batches up to 46 ms after it at load 8.
+TICK_SLACK_S = 0.1
+
 #: Empty tasks in a restart batch, at most, to start executors' Python workers early.
 MAX_WARM_TASKS = 8
 
@@ -289,12 +294,17 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         Spark plans the next batch only once the previous one has run and committed, so the
         time from planning a batch to the next call that starts at its end is at least that
-        batch's duration. Under a processingTime trigger it is also at least the interval:
-        Spark waits for the next tick. Scaling by that time shrank the budget by
-        target/interval after every batch, down to one chunk per trigger, however fast the
-        batches were (issue 19, item 6). So a time no longer than the shortest gap between
-        two calls of this run (idle polls, the restart batch: the trigger's own pace) says
-        only that the batch took at most that long: it may grow the budget, never shrink it.
+        batch's duration; no call tells the source when a batch ends. Under a processingTime
+        trigger that time also holds the wait for the next tick. Scaling by it shrank the
+        budget by target/interval after every batch, however fast the batches were (issue
+        19, item 6; issue 33, item 1). So a gap that may hold such a wait says only that the
+        batch took at most that long: it may grow the budget, never shrink it. Two signs of
+        a wait: the call came on a tick (see _on_tick), or the gap is no longer than the
+        shortest gap between two calls of this run (idle polls, the restart batch: the
+        trigger's own pace; this alone missed a restart between two ticks, whose first gap is
+        a part of an interval, so that a whole interval looked like a slow batch). Only a
+        gap that ends off the ticks, when Spark planned the next batch at once because the
+        batch outlasted its interval (or there is no interval), is the batch's duration.
 
         A batch's end is decided here, before Spark logs it, so a budget that depends on
         timing keeps every batch a pure function of its logged offsets: a replay after a
@@ -302,6 +312,7 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         """
         gap = None if self._last_call is None else now - self._last_call
         paced = gap is not None and gap <= self._min_gap * PACE_SLACK + PACE_JITTER_S
+        paced = paced or _on_tick(_wall_clock())
         if gap is not None:
             self._min_gap = min(self._min_gap, gap)
         self._last_call = now
@@ -394,6 +405,23 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaSlicePartition), partition
         return read_slices(partition.slices, self.options)
+
+
+def _wall_clock() -> float:
+    """Seconds since the epoch, the clock Spark lays its processingTime ticks on."""
+    return time.time()
+
+
+def _on_tick(wall: float) -> bool:
+    """Whether a planning call at ``wall`` (s since the epoch) may be a processingTime tick.
+
+    Spark starts a processingTime trigger's batches at whole multiples of its interval since
+    the epoch (``ProcessingTimeExecutor.nextBatchTime``), on the same wall clock, a few ms
+    late. An interval of whole seconds, as intervals longer than a batch's target are in
+    practice, puts every tick just after a whole second. A call that lands there by chance
+    (about 1 in 10 under the default trigger) only keeps the budget from shrinking once.
+    """
+    return wall % 1.0 < TICK_SLACK_S
 
 
 def _skipped_partitions(

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fastrebalance.spark import _kafka
@@ -273,3 +273,62 @@ def test_a_slice_wholly_deleted_is_data_loss_too(kafka_cluster, topic_factory) -
     # and a slice that ends exactly at the log start
     with pytest.raises(DataLossError, match="deleted"):
         _read(Slice(topic, 0, low - 5, low, False), _options(bs, topic))
+
+
+def test_isolation_level_reads_what_spark_kafka_source_reads(
+    transactional_cluster, topic_factory
+) -> None:
+    """Issue 33, item 2: by default, records of aborted and of open transactions are read,
+    as Spark's Kafka source reads them (read_uncommitted); kafka.isolation.level=read_committed
+    skips the aborted ones and stops the log end at the open transaction. The driver's log
+    end and the executors' read agree in both. A real broker only: librdkafka's mock filters
+    nothing under read_committed."""
+    bs, topic = transactional_cluster.bootstrap_servers, topic_factory(1)
+    plain = Producer({"bootstrap.servers": bs})
+    txn = Producer({"bootstrap.servers": bs, "transactional.id": f"{topic}-txn"})
+    txn.init_transactions(30)
+
+    def send(producer: Producer, *values: str) -> None:
+        for v in values:
+            producer.produce(topic, value=v.encode(), partition=0)
+        assert producer.flush(30) == 0
+
+    send(plain, "p0", "p1")  # offsets 0, 1
+    txn.begin_transaction()
+    send(txn, "a0", "a1")  # 2, 3
+    txn.abort_transaction(30)  # the abort marker: 4
+    send(plain, "p2")  # 5
+    txn.begin_transaction()
+    send(txn, "o0")  # 6, open until the end of the test
+    try:
+        seen = {}
+        for level in (None, "read_committed"):
+            opts = _options(bs, topic, **({"kafka.isolation.level": level} if level else {}))
+            fetcher = OffsetFetcher(opts)
+            try:
+                end = fetcher.marks(refresh=True, lows=True)[(topic, 0)].high
+            finally:
+                fetcher.close()
+            values = [r["value"].decode() for r in _read(Slice(topic, 0, 0, end, False), opts)]
+            seen[level] = (end, values)
+        assert seen[None] == (7, ["p0", "p1", "a0", "a1", "p2", "o0"])
+        assert seen["read_committed"] == (6, ["p0", "p1", "p2"])  # 6: the last stable offset
+    finally:
+        txn.abort_transaction(30)
+
+
+def test_a_wrong_security_protocol_is_named_in_the_error(kafka_cluster) -> None:
+    """Issue 33, item 3: SSL against a PLAINTEXT listener failed the query after 30-33 s
+    with a bare "Broker transport failure". One try here (10 s) instead of the default 3."""
+    bs = kafka_cluster.bootstrap_servers
+    opts = _options(bs, "any", **{"kafka.security.protocol": "SSL", "fetchOffset.numRetries": "1"})
+    fetcher = OffsetFetcher(opts)
+    try:
+        with pytest.raises(KafkaException) as failed:
+            fetcher.partitions(refresh=True)
+    finally:
+        fetcher.close()
+    message = failed.value.args[0].str()
+    assert f"kafka.bootstrap.servers={bs} with kafka.security.protocol=SSL" in message
+    assert "PLAINTEXT broker listener?" in message  # librdkafka's own guess, from its error_cb
+    assert failed.value.args[0].code() == KafkaError._TRANSPORT

@@ -801,3 +801,68 @@ def test_crash_mid_catchup_replays_the_same_batch_and_loses_nothing(
     for b, runs in replays.items():
         first, *again = ({(r.partition, r.offset, r.catchup) for r in run} for run in runs)
         assert all(other == first for other in again), f"batch {b} replayed differently"
+
+
+def produce_at(bs: str, topic: str, partitions: int, count: int, tag: str, at: float) -> None:
+    """``count`` records whose event time (Kafka timestamp) is ``at`` (s since the epoch)."""
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20})
+    for i in range(count):
+        p.produce(topic, value=f"{tag}-{i}".encode(), partition=i % partitions,
+                  timestamp=int(at * 1000))  # fmt: skip
+    assert p.flush(30) == 0
+
+
+def test_event_time_rows_dropped_during_a_catchup_are_reported(
+    spark, kafka_cluster, topic_factory, tmp_path, caplog
+):
+    """Issue 33, item 4: a windowed count restarted with a backlog. The restart batch holds
+    live records only, the watermark moves past the backlog's event times, and the backlog
+    batches that follow are dropped as late; Spark only counts them. The listener register()
+    adds logs an ERROR, and here (on_backlog_dropped="stop") stops the query."""
+    import logging
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    now = time.time()
+    produce_at(bs, topic, 2, 100, "old", now - 300)
+    options = {
+        "catchup_threshold": 500,
+        "catchup_maxOffsetsPerTrigger": 1000,
+        "catchup_chunkSize": 500,
+    }
+    counts: dict[int, int] = {}
+
+    def start() -> Any:
+        windows = (
+            reader(spark, bs, topic, **options)
+            .withWatermark("timestamp", "10 seconds")
+            .groupBy(F.window("timestamp", "10 seconds"))
+            .count()
+        )
+        sink = lambda df, batch: counts.__setitem__(batch, df.count())  # noqa: E731
+        return (
+            windows.writeStream.outputMode("update").foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck")).start()
+        )  # fmt: skip
+
+    q = start()
+    q.processAllAvailable()
+    q.stop()
+    produce_at(bs, topic, 2, 3000, "backlog", now - 120)  # 3 batches' worth of backlog
+    caplog.set_level(logging.ERROR, logger="fastrebalance.spark")
+    register(spark, on_backlog_dropped="stop")
+    fresh = FreshProducer(bs, topic, 2)  # event time: now, far past the backlog's
+    fresh.start()
+    try:
+        q = start()
+        assert q.awaitTermination(120), "the query was not stopped"
+    finally:
+        fresh.stop()
+        register(spark)  # back to logging only, for the module's other tests
+    assert q.exception() is None  # a listener can stop a query, not fail it
+    # (py4j logs its own ERROR when the stop interrupts a foreachBatch call: not ours)
+    errors = [r.getMessage() for r in caplog.records if r.name == "fastrebalance.spark"]
+    assert len(errors) == 1 and "the watermark dropped rows" in errors[0], errors
+    dropped = [
+        op["numRowsDroppedByWatermark"] for p in q.recentProgress for op in p["stateOperators"]
+    ]
+    assert sum(dropped) > 0

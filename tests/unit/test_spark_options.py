@@ -42,6 +42,10 @@ def opts(**extra: str):
         ({"startingOffsetsByTimestamp": '{"orders": {"0": -1}}'}, "startingOffsetsByTimestamp"),
         ({"startingOffsetsByTimestampStrategy": "newest"}, "startingOffsetsByTimestampStrategy"),
         ({"maxRecordsPerPartition": "x"}, "maxRecordsPerPartition"),
+        ({"kafka.isolation.level": "committed"}, "kafka.isolation.level='committed'"),
+        # issue 33, item 3: refused by name before any Kafka client is made
+        ({"kafka.security.protocol": "SASL_PLAIN"}, r"protocol='SASL_PLAIN'.*SASL_PLAINTEXT\?"),
+        ({"kafka.security.protocol": "TLS"}, r"must be one of PLAINTEXT, SSL, SASL_PLAINTEXT"),
     ],
 )
 def test_refused_options_name_themselves(extra: dict, message: str) -> None:
@@ -115,6 +119,21 @@ def test_group_id_prefix_and_slice_size() -> None:
     assert conf["group.id"].startswith("etl-driver-")
     assert opts(**{"catchup.chunkSize": "500", "maxRecordsPerPartition": "200"}).slice_size == 200
     assert opts(**{"catchup.chunkSize": "500"}).slice_size == 500
+
+
+def test_security_protocols_librdkafka_accepts_are_accepted_in_any_case() -> None:
+    for value in ("plaintext", "SSL", "sasl_plaintext", "SASL_SSL"):
+        assert opts(**{"kafka.security.protocol": value}).kafka["security.protocol"] == value
+
+
+def test_isolation_level_is_spark_kafka_sources_unless_set() -> None:
+    """Issue 33, item 2: librdkafka reads read_committed by default, Spark's Kafka source (the
+    Java consumer's default) read_uncommitted; the driver's log ends and the executors' reads
+    come from the same config, so they agree either way."""
+    for role in ("driver", "executor"):
+        assert opts().consumer_config(role)["isolation.level"] == "read_uncommitted"
+        chosen = opts(**{"kafka.isolation.level": " READ_COMMITTED"}).consumer_config(role)
+        assert chosen["isolation.level"] == "read_committed"
 
 
 # -- batch reads -----------------------------------------------------------------------------

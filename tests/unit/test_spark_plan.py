@@ -645,12 +645,20 @@ def test_plan_under_a_target_leaves_unnamed_partitions_alone() -> None:
     assert plan.end == {(T, 0): pos(40), (T, 1): pos(5)}
 
 
-def _timed_reader(monkeypatch, highs: dict[int, int], **options: str):
+#: The wall clock of the fake-clock tests: 2026-11-28, 0.437 s past a whole second, so that
+#: no planning call looks like a processingTime tick unless the test moves it onto one.
+WALL_START = 1_795_870_000.437
+
+
+def _timed_reader(
+    monkeypatch, highs: dict[int, int], wall_start: float = WALL_START, **options: str
+):
     """A reader on a fake clock; each planning call says how long the previous batch took."""
     from fastrebalance.spark import _stream
 
     clock = [1000.0]
     monkeypatch.setattr(_stream.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_stream, "_wall_clock", lambda: wall_start + clock[0] - 1000.0)
     reader, kafka = make_reader(highs, **{"catchup.chunkSize": "100000", **options})
     kafka.live = 10  # a live record comes while the restart batch waits: it is live only
 
@@ -699,6 +707,35 @@ def test_reader_budget_is_not_shrunk_by_a_processing_time_interval(monkeypatch) 
     offset, n = drained(offset, 50.0)  # this one overran the interval: it ran 50 s
     offset, n = drained(offset, 20.0)
     assert n == 100_000  # 500,000 in 50 s, aiming at 10 s
+
+
+def test_reader_budget_never_shrinks_after_a_fast_batch_under_a_20s_trigger(monkeypatch) -> None:
+    """Issue 33, item 1: trigger(processingTime="20 seconds"), restarted with a 900,000-record
+    backlog: a batch drained 500,000 in 2.1 s, and the budget still fell to 250,010. The query
+    restarts at any moment, so its first gap (restart to the first tick) is part of an
+    interval, and a full interval then looked like a slow batch. Spark starts the batches of
+    a 20 s trigger at whole multiples of 20 s since the epoch (here a few ms late)."""
+    grid = 1_795_870_000.0  # a multiple of 20 s
+    drained = _timed_reader(monkeypatch, {0: 10_000_000}, wall_start=grid + 7.3)
+    calls = iter([7.3, 20.004, 40.002, 60.011, 80.0, 130.317, 140.005, 160.003])
+    last = next(calls)
+
+    def batch_at(t: float) -> int:
+        nonlocal offset, last
+        offset, n = drained(offset, t - last)
+        last = t
+        return n
+
+    offset, _ = drained({T: {"0": 0}}, 0)  # the restart batch: live only
+    assert batch_at(next(calls)) == 500_000  # the first tick: the first backlog batch
+    for t in itertools.islice(calls, 3):  # each ran about 2 s, then Spark waited for a tick
+        assert batch_at(t) == 500_000
+    # one ran 50 s, past two ticks: Spark planned the next one at once, off the ticks' grid
+    assert batch_at(next(calls)) == 100_000  # 500,000 in 50 s, aiming at 10 s
+    # that one ran a second or so, then waited for the tick: 9.7 s is all that is known
+    grown = batch_at(next(calls))
+    assert 103_000 < grown < 103_500  # 100,000 in at most 9.7 s: a little more
+    assert batch_at(next(calls)) == grown  # a whole interval again: not a slow batch
 
 
 def test_reader_default_read_limit_and_pickling() -> None:
