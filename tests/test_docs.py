@@ -102,3 +102,16 @@ def test_every_metric_is_in_the_metrics_page() -> None:
     page = (DOCS / "metrics.md").read_text()
     missing = [m.name for m in (*METRICS, *STATUS_METRICS) if f"`{m.name}`" not in page]
     assert not missing, missing
+
+
+def test_the_pages_show_the_examples_as_they_are() -> None:
+    # an include line (`--8<--`) is read as plain text on GitHub, where the README's links
+    # lead: the examples are copied into the page, and the copy must not drift
+    pages = "".join((DOCS / p).read_text() for p in ("quickstart.md", "operations.md"))
+    copies = re.findall(r"<!-- example: (\S+) .*?-->\n```python\n(.*?)\n```", pages, re.S)
+    assert [f for f, _ in copies] == [
+        "examples/basic_consumer.py", "examples/asyncio_consumer.py", "examples/monitoring.py"
+    ]  # fmt: skip
+    for path, code in copies:
+        assert code == (ROOT / path).read_text().rstrip("\n"), f"{path}: the copy drifted"
+    assert "--8<--" not in "".join(p.read_text() for p in DOCS.glob("*.md"))
