@@ -9,6 +9,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from ._consumer import CatchupStatus, Consumer
 
+#: The one place the version is written: the build reads it from here (pyproject.toml's
+#: [tool.setuptools.dynamic], statically, without importing the package), so the installed
+#: metadata and this attribute cannot disagree.
 __version__ = "0.1.0"
 
 __all__ = [

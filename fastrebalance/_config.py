@@ -17,7 +17,14 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ._token import DEFAULT_METADATA_MAX_BYTES
 
-__all__ = ["CONFIG_KEYS", "DEFAULT_LAG_THRESHOLD", "ParallelConfig", "child_config", "split_config"]
+__all__ = [
+    "CONFIG_KEYS",
+    "DEFAULT_LAG_THRESHOLD",
+    "ConfigError",
+    "ParallelConfig",
+    "child_config",
+    "split_config",
+]
 
 ENABLE_KEY = "enable.parallel.rebalance"
 THRESHOLD_KEY = "parallel.rebalance.lag.threshold"
@@ -83,6 +90,23 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
     ),
 }
 
+
+class ConfigError(KafkaException, ValueError):
+    """A configuration fastrebalance refuses (one of our keys, or a combination the mode
+    cannot honour), raised by ``Consumer()`` before any handle exists.
+
+    A ``KafkaException`` whose ``KafkaError`` has code ``_INVALID_ARG``, as librdkafka
+    reports a misspelt or invalid property, so that one ``except KafkaException`` catches a
+    config mistake whichever key it is in; and a ``ValueError``, as these errors were
+    before (and as confluent-kafka raises for a consumer it cannot create, e.g. without
+    ``group.id``), so that existing handlers keep working.
+    """
+
+
+def _refused(message: str) -> ConfigError:
+    return ConfigError(KafkaError(KafkaError._INVALID_ARG, message))
+
+
 # Keys that make a consumer a *member* of a group. The child must never join (and
 # so never disturb) the user's group: it reads by assign() and commits into its own
 # group id, which nobody subscribes with.
@@ -133,7 +157,7 @@ def _bool(key: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ValueError(
+    raise _refused(
         f"{key}={value!r} is invalid: expected {CONFIG_KEYS.get(key, ('', 'true or false'))[1]}"
     )
 
@@ -145,7 +169,7 @@ def _int(key: str, value: Any, lo: int, hi: int | None = None) -> int:
     elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
         parsed = int(value.strip())
     if parsed is None or parsed < lo or (hi is not None and parsed > hi):
-        raise ValueError(f"{key}={value!r} is invalid: expected {CONFIG_KEYS[key][1]}")
+        raise _refused(f"{key}={value!r} is invalid: expected {CONFIG_KEYS[key][1]}")
     return parsed
 
 
@@ -177,7 +201,8 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     """Return (our validated settings, the config for the primary librdkafka handle).
 
     Raises:
-        ValueError: naming the offending key and what it accepts.
+        ConfigError: naming the offending key, the value given and what it accepts (a
+            ``KafkaException`` with ``_INVALID_ARG``, and a ``ValueError``).
         TypeError: the config is not a mapping.
     """
     if not isinstance(conf, Mapping):
@@ -187,7 +212,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         k for k in rest if isinstance(k, str) and k.startswith(_PREFIX) and k not in CONFIG_KEYS
     )
     if unknown:
-        raise ValueError(
+        raise _refused(
             f"unknown configuration key {unknown[0]!r}: the parallel.rebalance.* keys are "
             + ", ".join(k for k in CONFIG_KEYS if k.startswith(_PREFIX))
         )
@@ -206,14 +231,14 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     claims_topic = rest.pop(CLAIMS_TOPIC_KEY, None)
     group_id = rest.get("group.id")
     if group_catchup and not enabled:
-        raise ValueError(
+        raise _refused(
             f"{GROUP_KEY}=true requires {ENABLE_KEY}=true: the chunks are pieces of the "
             "backlog that KIP-333's catch-up skips"
         )
     if not enabled:
         return ParallelConfig(enabled=False), rest
     if group_catchup and transactional:
-        raise ValueError(
+        raise _refused(
             f"{GROUP_KEY}=true cannot be combined with {TRANSACTIONAL_KEY}=true: a chunk "
             "processed by another member is committed in that member's own commit path, "
             "outside this member's transactions (exactly-once would write its output twice "
@@ -222,7 +247,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     if claims_topic is None and isinstance(group_id, str):
         claims_topic = group_id + CLAIMS_TOPIC_SUFFIX
     if group_catchup and (not isinstance(claims_topic, str) or not claims_topic.strip()):
-        raise ValueError(
+        raise _refused(
             f"{CLAIMS_TOPIC_KEY}={claims_topic!r} is invalid: expected "
             f"{CONFIG_KEYS[CLAIMS_TOPIC_KEY][1]}"
         )
@@ -238,7 +263,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
             else None
         )  # fmt: skip
         if bad is not None:
-            raise ValueError(
+            raise _refused(
                 f"{CLAIMS_TOPIC_KEY}={claims_topic!r} {bad}: Kafka refuses it as a topic name"
                 + (
                     f" (the default, <group.id>{CLAIMS_TOPIC_SUFFIX}: set {CLAIMS_TOPIC_KEY})"
@@ -248,20 +273,20 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
             )
 
     if not isinstance(group_id, str) or not group_id:
-        raise ValueError(
+        raise _refused(
             f"{ENABLE_KEY}=true requires group.id: the catch-up state is kept in the "
             "group's committed offsets"
         )
     if catchup_group is None:
         catchup_group = group_id + CATCHUP_GROUP_SUFFIX
     if not isinstance(catchup_group, str) or not catchup_group or catchup_group == group_id:
-        raise ValueError(
+        raise _refused(
             f"{CATCHUP_GROUP_KEY}={catchup_group!r} is invalid: expected "
             f"{CONFIG_KEYS[CATCHUP_GROUP_KEY][1]}"
         )
     auto_commit = _librdkafka_bool(rest, "enable.auto.commit", True)
     if transactional and auto_commit:
-        raise ValueError(
+        raise _refused(
             f"{TRANSACTIONAL_KEY}=true requires enable.auto.commit=false: in exactly-once "
             "mode offsets are written only inside the producer's transactions"
         )
@@ -301,7 +326,7 @@ def _int_passthrough(conf: Mapping[str, Any], key: str, default: int) -> int:
     try:
         return int(conf.get(key, default))
     except (TypeError, ValueError):
-        raise ValueError(f"{key}={conf.get(key)!r} is invalid: expected an integer") from None
+        raise _refused(f"{key}={conf.get(key)!r} is invalid: expected an integer") from None
 
 
 def child_config(primary_conf: Mapping[str, Any], settings: ParallelConfig) -> dict[str, Any]:

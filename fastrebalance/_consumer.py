@@ -35,6 +35,7 @@ from typing import Any
 from confluent_kafka import Consumer as _RdConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from . import _arguments as check
 from ._assigning import Assignments
 from ._child import Child, ChildState, call_bounded
 from ._committing import Committer, plain_abort, plain_send_offsets
@@ -76,15 +77,21 @@ class Consumer:
         **kwargs: merged into ``config``, as confluent-kafka allows (``logger=``).
 
     Raises:
-        ValueError: one of our keys is invalid or unknown (the message names it).
-        KafkaException: librdkafka rejected the rest of the config.
+        TypeError: ``config`` is not a dict (or there is no config), as confluent-kafka's.
+        KafkaException: librdkafka rejected the config, or we did: an unknown
+            ``parallel.rebalance.*`` key or an invalid value of ours is ``_INVALID_ARG``,
+            as librdkafka's own (naming the key, the value and what is accepted; this one
+            is a ``ValueError`` too).
+        ValueError: confluent-kafka could not create the consumer (no ``group.id``).
+
+    An instance is not a ``confluent_kafka.Consumer`` (``isinstance`` is False, the mode on
+    or off): it holds one, or two, and delegates (docs/api.md says why).
     """
 
     _reporter: Reporter
 
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
-        conf = dict(config or {})
-        conf.update(kwargs)
+        conf = check.config_dict(config, kwargs)
         self._settings: ParallelConfig
         self._settings, primary_conf = split_config(conf)
         self._closed = False
@@ -236,6 +243,10 @@ class Consumer:
         on_lost: RebalanceCallback | None = None,
     ) -> None:
         """As confluent-kafka's; callbacks receive this Consumer, not the inner handle."""
+        check.topic_list(topics)
+        check.callback("on_assign", on_assign)
+        check.callback("on_revoke", on_revoke)
+        check.callback("on_lost", on_lost)
         self._user_callbacks = (on_assign, on_revoke, on_lost)
         if self._child is None:
             kwargs = {}
@@ -267,11 +278,11 @@ class Consumer:
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        self._assignments.apply(partitions, incremental=False)
+        self._assignments.apply(check.partition_list(partitions), incremental=False)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        self._assignments.apply(partitions, incremental=True)
+        self._assignments.apply(check.partition_list(partitions), incremental=True)
 
     def unassign(self) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
@@ -279,17 +290,20 @@ class Consumer:
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
-        self._assignments.incremental_unassign(partitions)
+        self._assignments.incremental_unassign(check.partition_list(partitions))
 
     def assignment(self) -> list[TopicPartition]:
         return self._primary.assignment()
 
     # -- reading (bound to delivery's own methods when the mode is on) ------------------------
-    def poll(self, timeout: float | None = None) -> Message | None:
-        """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog."""
+    def poll(self, timeout: float = -1.0) -> Message | None:
+        """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog.
+
+        ``timeout`` in seconds, negative: no limit (confluent-kafka's default; ``None`` is a
+        ``TypeError`` there and here)."""
         return self._delivery.poll(timeout)
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+    def consume(self, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
         """Up to ``num_messages`` records, fresh first, at least 1/CHILD_SHARE of a
         full batch from the backlog while it has records."""
         return self._delivery.consume(num_messages, timeout)
@@ -331,6 +345,7 @@ class Consumer:
         """
         if self._closed:  # confluent-kafka's error, not "nothing to commit"
             raise RuntimeError("Consumer closed")
+        check.message_or_offsets(message, offsets, required=False)
         return self._committer.commit(message, offsets, asynchronous)
 
     def commit_sync(
@@ -353,14 +368,16 @@ class Consumer:
     ) -> None:
         """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
         written by the next commit() or auto-commit."""
+        check.message_or_offsets(message, offsets, required=True)
         self._committer.store_offsets(message, offsets)
 
     def committed(
-        self, partitions: list[TopicPartition], timeout: float | None = None
+        self, partitions: list[TopicPartition], timeout: float = -1.0
     ) -> list[TopicPartition]:
         """Per partition, the lowest offset not yet processed, from both commit logs:
-        the child's progress while a range is pending, the primary's offset after."""
-        return self._committer.committed(partitions, timeout)
+        the child's progress while a range is pending, the primary's offset after.
+        ``timeout`` negative (the default): ``socket.timeout.ms``."""
+        return self._committer.committed(check.partition_list(partitions), check.timeout_s(timeout))
 
     # -- transactions -------------------------------------------------------------------------
     def send_offsets_to_transaction(
@@ -457,16 +474,17 @@ class Consumer:
         not what was processed. A backward seek below where the primary started re-reads
         backlog records (they come twice) and claims them only once re-delivered; a
         forward seek skips fresh records as a plain consumer's does."""
-        self._delivery.seek(partition)
+        self._delivery.seek(check.partition(partition))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
-        self._primary.pause(partitions)
+        self._primary.pause(check.partition_list(partitions))
         assert self._child is not None
         self._child.pause([(t.topic, t.partition) for t in partitions])
 
     def resume(self, partitions: list[TopicPartition]) -> None:
         # a deferred partition stays paused until it is planned (then resumed, unless
         # the application paused it meanwhile)
+        check.partition_list(partitions)
         deferred = self._partitions.deferred
         self._primary.resume([t for t in partitions if (t.topic, t.partition) not in deferred])
         assert self._child is not None
@@ -474,19 +492,14 @@ class Consumer:
 
     # -- the primary's own ----------------------------------------------------------------------
     def get_watermark_offsets(
-        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+        self, partition: TopicPartition, timeout: float = -1.0, cached: bool = False
     ) -> tuple[int, int]:
-        kwargs: dict[str, Any] = {"cached": cached}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        low, high = self._primary.get_watermark_offsets(partition, **kwargs)
+        low, high = self._primary.get_watermark_offsets(partition, timeout, cached)
         return low, high
 
     def offsets_for_times(
-        self, partitions: list[TopicPartition], timeout: float | None = None
+        self, partitions: list[TopicPartition], timeout: float = -1.0
     ) -> list[TopicPartition]:
-        if timeout is None:
-            return self._primary.offsets_for_times(partitions)
         return self._primary.offsets_for_times(partitions, timeout=timeout)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:

@@ -32,6 +32,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
 
+from ._arguments import timeout_s
 from ._child import Child
 from ._config import ParallelConfig
 from ._partitions import Assigned, Key, Partitions
@@ -134,8 +135,13 @@ class Delivery:
             self.steady = False
 
     # -- poll() ---------------------------------------------------------------------------
-    def poll(self, timeout: float | None = None) -> Message | None:
-        # The hot path in one frame (see the module docstring).
+    def poll(self, timeout: float = -1.0) -> Message | None:
+        # The hot path in one frame (see the module docstring). A timeout that is neither a
+        # float nor an int (a Decimal, or a mistake) is read as confluent-kafka reads it,
+        # before any call: its TypeError, not a comparison's from below, and never a record
+        # returned first. Two identity tests: the hot path pays no call for it.
+        if timeout.__class__ is not float and timeout.__class__ is not int:
+            timeout = timeout_s(timeout)
         if self.steady:
             m = self._primary_poll(0)
             if m is None:
@@ -201,9 +207,12 @@ class Delivery:
             now = time.monotonic()
 
     # -- consume() ------------------------------------------------------------------------
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+    def consume(self, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
         # The hot path, as in poll(): a batch is returned when it is full or a slice ends
-        # with records in it, as the slow path does.
+        # with records in it, as the slow path does. The timeout is read as in poll();
+        # confluent-kafka's own consume() refuses a bad num_messages.
+        if timeout.__class__ is not float and timeout.__class__ is not int:
+            timeout = timeout_s(timeout)
         if self.steady:
             if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
                 return self._batch(num_messages, timeout)
