@@ -366,15 +366,22 @@ def test_child_fetch_queue_backoff_defaults_short_but_user_value_wins() -> None:
     assert primary["fetch.queue.backoff.ms"] == 500  # the primary keeps the user's value
 
 
-def test_child_fetch_wait_is_short_for_group_catchup_but_user_value_wins() -> None:
-    """A chunk's cost must not be a fetch wait the user never set (group-wide catch-up)."""
+def test_child_fetch_wait_is_short_for_group_catchup_whatever_the_primarys() -> None:
+    """A chunk's cost must not be a fetch wait (group-wide catch-up): the user's value is
+    the primary's, for its long poll at the log end; the child's is at most 10 ms (set to
+    500, each 5,000-record chunk cost 200 ms: the adversary of issue 32)."""
     settings_, primary = split_config(enabled(**{"parallel.rebalance.group.catchup": True}))
     assert child_config(primary, settings_)["fetch.wait.max.ms"] == 10
     assert "fetch.wait.max.ms" not in primary  # the primary keeps librdkafka's default
     settings_, primary = split_config(
         enabled(**{"parallel.rebalance.group.catchup": True, "fetch.wait.max.ms": 200})
     )
-    assert child_config(primary, settings_)["fetch.wait.max.ms"] == 200
+    assert child_config(primary, settings_)["fetch.wait.max.ms"] == 10
+    assert primary["fetch.wait.max.ms"] == 200
+    settings_, primary = split_config(
+        enabled(**{"parallel.rebalance.group.catchup": True, "fetch.wait.max.ms": "5"})
+    )
+    assert child_config(primary, settings_)["fetch.wait.max.ms"] == 5
     settings_, primary = split_config(enabled())
     assert "fetch.wait.max.ms" not in child_config(primary, settings_)
 
