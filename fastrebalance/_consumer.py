@@ -570,3 +570,7 @@ class Consumer:
                 "offsets stay safe and those records will be delivered again.",
                 exc.args[0].str(),
             )
+            return
+        if self._group is not None and self._group.orphans:
+            # out of the group now: done chunks of partitions no member owns (see _orphans)
+            self._group.absorb_orphans(min(5.0, self._commit_timeout_s))

@@ -44,6 +44,7 @@ from ._claimslog import ClaimsLog
 from ._commits import Change, apply_change
 from ._config import ParallelConfig
 from ._ledger import Ledger
+from ._orphans import absorb_orphans
 from ._ranges import RangeSet
 from ._routing import UNKNOWN_START, Claim, History, Run
 
@@ -108,6 +109,7 @@ class GroupCatchup:
     ) -> None:
         self.member = member or uuid.uuid4().hex[:12]
         self._settings = settings
+        self._conf = conf
         self._log = ClaimsLog(conf, settings.claims_topic)
         self._state = ClaimsState(settings.claim_timeout_ms)
         self._child = child
@@ -140,6 +142,11 @@ class GroupCatchup:
         #: chunks offered by this tick: claimable at once (the log takes the claim after
         #: the offer: it wins), not a round trip later, once the offer is read back
         self._offered_now: list[ChunkKey] = []
+        #: partitions this member declared chunks of done (as a helper)
+        self._done_sent: set[Key] = set()
+        #: at close(): the done pieces of partitions this member helped with but did not
+        #: own, for ``absorb_orphans`` once it has left the group
+        self.orphans: dict[Key, list[tuple[int, int]]] = {}
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
         # counters (metrics)
@@ -307,21 +314,26 @@ class GroupCatchup:
         self._finish_tails()  # done records of chunks the application finished
         if not any(ledger.ranges for ledger in self._owned.values()):
             return
+        if self._read_to_end(timeout_s):
+            self._absorb()
+
+    def _read_to_end(self, timeout_s: float) -> bool:
+        """Flush this member's records and read the log to its end, within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         self._log.flush(timeout_s)
         end = self._log.end(deadline - time.monotonic())
         if end is None:
-            return
+            return False
         while self._log.position < end:
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning("claims log %s: not read to its end in %.1fs: done chunks stay "
                             "pending in the group's offset", self._log.topic,
                             timeout_s)  # fmt: skip
-                return
+                return False
             self._read(min(left, 0.1))
         self._log.caught_up = True
-        self._absorb()
+        return True
 
     def _read(self, wait_s: float = 0.0) -> None:
         state = self._state
@@ -541,6 +553,7 @@ class GroupCatchup:
                 self._held.discard(ck)
                 h.runs.pop(ck, None)
                 self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],)))
+                self._done_sent.add(key)
                 log.debug("done %s", ck)
                 self.chunks_done += 1
 
@@ -672,7 +685,21 @@ class GroupCatchup:
         if self._log.started:
             self._hand_back()
             self._log.send(ClaimRecord("bye", self.member))
+            helped = self._done_sent - self._owned.keys()
+            if helped and self._read_to_end(timeout_s):
+                self.orphans = {k: list(self._state.done(*k)) for k in sorted(helped)}
         self._log.close(timeout_s)
+
+    def absorb_orphans(self, timeout_s: float) -> None:
+        """Once this member has left the group (its primary closed): the done chunks of
+        partitions it helped with but did not own, absorbed into the group's offset if
+        the group has no member left to do it (``_orphans``)."""
+        orphans, self.orphans = self.orphans, {}
+        try:
+            absorb_orphans(self._conf, orphans, self._settings.metadata_max_bytes, timeout_s)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("done chunks of partitions no member owns stay for the next owner "
+                        "to absorb: %s", exc)  # fmt: skip
 
     def _hand_back(self) -> None:
         """Chunks left with part of them committed: that part becomes chunks of their own,
@@ -693,6 +720,7 @@ class GroupCatchup:
                 continue  # nothing committed, or all of it (done already sent)
             pieces = tuple(committed)
             self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces))
+            self._done_sent.add((ck[0], ck[1]))
             for piece in pieces:
                 self._handed_back.add((ck[0], ck[1], *piece))
                 self._log.send(ClaimRecord("claim", self.member, ck[0], ck[1], (piece,)))

@@ -612,3 +612,65 @@ def test_a_deleted_claims_topic_comes_back_with_its_own_settings(
     finally:
         for c in members:
             c.close()
+
+
+@pytest.mark.kafka4
+def test_a_rolling_stop_leaves_the_groups_offset_past_what_the_helper_processed(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+) -> None:
+    # adversary of issue 32 (s5): the owner closed first, then a member that had read
+    # chunks of its partition committed them and closed; its done records reached the
+    # claims log when nobody owned the partition, and nobody absorbed them: the group's
+    # offset stayed at 0 of 10,000 (4 of 4 runs on Apache Kafka 3.9; a plain group: 10,000)
+    from fastrebalance import Consumer
+
+    from .helpers import base_conf, group_offsets
+
+    if kafka_cluster.kind == "embedded":
+        pytest.skip(
+            "the embedded cluster refuses a commit from outside a group even once the group "
+            "is empty (UNKNOWN_MEMBER_ID), where Apache Kafka takes it: checked on a real broker"
+        )
+    bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    backlog = 20_000  # 40 chunks: more than the owner holds ahead (5,000 records)
+    prepare(bootstrap, topic, unique_group, backlog)
+    conf = base_conf(
+        bootstrap,
+        unique_group,
+        **{
+            "parallel.rebalance.group.catchup": True,
+            "parallel.rebalance.group.chunk.records": 500,
+        },
+    )
+    # sticky: the one partition stays with the member that has it; librdkafka's default
+    # heartbeat (3 s): the helper closes before it hears of the rebalance the owner's
+    # leave began, so it is never assigned the partition
+    conf["partition.assignment.strategy"] = "cooperative-sticky"
+    helper_conf = {**conf, "heartbeat.interval.ms": 3000, "session.timeout.ms": 10000}
+    owner, helper = Consumer(conf), Consumer(helper_conf)
+    read: dict[str, set[int]] = {"owner": set(), "helper": set()}
+    try:
+        owner.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not owner.assignment():
+            assert time.monotonic() < deadline, "the owner was never assigned"
+            owner.consume(100, 0.05)
+        helper.subscribe([topic])  # one partition: the helper only ever reads chunks
+        deadline = time.monotonic() + 60
+        while len(read["owner"] | read["helper"]) < backlog or not read["helper"]:
+            assert time.monotonic() < deadline, {k: len(v) for k, v in read.items()}
+            for name, c in (("owner", owner), ("helper", helper)):
+                msgs = [m for m in c.consume(100, 0.05) if m.error() is None]
+                read[name].update(m.offset() for m in msgs if m.offset() < backlog)
+                if name == "owner" and msgs:
+                    c.commit(asynchronous=False)  # the owner processes as it goes
+        owner.commit(asynchronous=False)
+        owner.close()
+        helper.commit(asynchronous=False)  # its chunks: processed only now, after the owner left
+    finally:
+        helper.close()
+        owner.close()
+    assert read["helper"], "the helper read no chunk"
+    assert group_offsets(bootstrap, unique_group, topic)[0] == backlog
