@@ -132,6 +132,7 @@ def measure_restart(
     run_timeout_s: float,
     window_s: float | None = None,
     group_protocol: str = "classic",
+    on_fresh: Callable[[float, float], None] | None = None,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -142,6 +143,10 @@ def measure_restart(
 
     ``group_protocol`` is the measured consumer's (``group_conf``); a fastrebalance child
     makes its own choice (it never joins a group).
+
+    ``on_fresh(produced_s, latency_s)`` is told of every fresh record of the window
+    (``produced_s`` from the restart, wall clock): where in the run the tail lies, for
+    benchmarks/protocol_latency.py.
 
     ``window_s`` limits the fresh-latency statistics to records produced within that
     many seconds of the restart, so that runs of different lengths (a plain replay of
@@ -209,6 +214,8 @@ def measure_restart(
                     if ts < window_end:
                         latencies.append(now - ts)
                         out_of_order += behind
+                        if on_fresh is not None:
+                            on_fresh(ts - restart_wall, now - ts)
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0
