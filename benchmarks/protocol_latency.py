@@ -57,6 +57,8 @@ CASES = {
     "fkB": (FAST, "consumer", True),
 }
 _MODULE = "benchmarks.protocol_latency"
+#: suffix of a case run from ``--baseline``'s checkout
+BASE = "-base"
 _WORST = 12  # worst records kept per run
 #: librdkafka's log lines counted per run (``--debug``): the group's life as the primary
 #: sees it. A name each, then the pattern; a line counts for the first that matches.
@@ -108,17 +110,28 @@ def _worker(spec: dict[str, Any], _commands: queue.Queue[str]) -> dict[str, Any]
         logger.propagate = False
         extra = {"debug": spec["debug"], "logger": logger}
     probe = PlainConsumer({"bootstrap.servers": args["bootstrap"], "group.id": "protocol-probe"})
+    made: list[Any] = []
+
+    def make(conf: dict[str, Any]) -> Any:
+        made.append(make_consumer(kind, {**conf, **extra}))
+        return made[-1]
+
     try:
         t0 = time.time()
         result = measure_restart(
-            lambda conf: make_consumer(kind, {**conf, **extra}),
+            make,
             probe=probe,
             on_fresh=lambda produced, latency: samples.append((produced, latency)),
             **args,
         )
     finally:
         probe.close()
-    return {"result": dataclasses.asdict(result), "samples": samples, "events": events}
+    # fastrebalance: how long its rebalance callback planned and opened the assignment
+    # (the user's thread is held meanwhile)
+    snapshot = getattr(made[0], "metrics_snapshot", None) if made else None
+    plan = (snapshot() or {}).get("last_plan") if snapshot is not None else None
+    return {"result": dataclasses.asdict(result), "samples": samples, "events": events,
+            "plan_s": plan.get("seconds") if plan else None}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ the runs
@@ -129,6 +142,7 @@ class Run:
     result: RunResult
     samples: tuple[tuple[float, float], ...]
     events: dict[str, list[float]]
+    plan_s: float | None = None  #: fastrebalance's last plan, callback included
 
     def split(self, early_s: float) -> tuple[int, float | None, float | None, int]:
         """The fresh records produced before the first assignment (how many), the p99 of
@@ -146,6 +160,8 @@ class Run:
 def run_all(o: argparse.Namespace, out: _runner.Out = print) -> list[Run]:
     runs: list[Run] = []
     cases = list(CASES) if o.cases == "all" else o.cases.split(",")
+    if o.baseline:  # every case with a backlog also from the baseline checkout
+        cases += [c + BASE for c in cases if CASES[c][2]]
     with Session("protolat", o.bootstrap, None, out) as session:
         topic, bootstrap = session.topic("", o.partitions), session.bootstrap
         fresh = wl.FreshProducer(bootstrap, wl.partition_keys(topic, o.partitions), o.rate)
@@ -153,7 +169,7 @@ def run_all(o: argparse.Namespace, out: _runner.Out = print) -> list[Run]:
         session.later(fresh.stop)
         for rep in range(o.reps):
             for case in alternate(cases, rep):
-                kind, protocol, backlog = CASES[case]
+                kind, protocol, backlog = CASES[case.removesuffix(BASE)]
                 asked = o.backlog if backlog else 0
                 if asked:
                     wl.produce_backlog(bootstrap, topic, o.partitions, asked)
@@ -168,10 +184,17 @@ def run_all(o: argparse.Namespace, out: _runner.Out = print) -> list[Run]:
                         "window_s": o.window, "group_protocol": protocol}  # fmt: skip
                 spec = {"kind": "run", "consumer": kind, "args": args, "debug": o.debug,
                         "log_path": f"{o.log_dir}/{case}-{rep}.log" if o.log_dir else None}
-                got = _runner.run_worker(_MODULE, spec, 360.0)
+                # a worker imports the package from _runner's root (a baseline: that one)
+                root = _runner._PACKAGE_ROOT
+                if case.endswith(BASE):
+                    _runner._PACKAGE_ROOT = o.baseline
+                try:
+                    got = _runner.run_worker(_MODULE, spec, 360.0)
+                finally:
+                    _runner._PACKAGE_ROOT = root
                 result = _runner.revive(RunResult, got["result"])
                 samples = tuple((p, lat) for p, lat in got["samples"])
-                run = Run(case, rep, result, samples, got["events"])
+                run = Run(case, rep, result, samples, got["events"], got.get("plan_s"))
                 runs.append(run)
                 before, early, late, worst_early = run.split(o.early)
                 d = format_duration
@@ -182,6 +205,7 @@ def run_all(o: argparse.Namespace, out: _runner.Out = print) -> list[Run]:
                     f" {d(early)}, later {d(late)}; {worst_early} of the worst 1 % before"
                     f" or in the first {o.early:g} s),"
                     f" max {d(result.fresh_max_s)}, via child {result.fresh_out_of_order},"
+                    f" plan {d(run.plan_s)},"
                     f" backlog {d(result.backlog_done_s)}, lost {result.lost}")  # fmt: skip
                 if o.verbose:
                     worst = sorted(samples, key=lambda s: s[1])[-_WORST:]
@@ -198,14 +222,17 @@ def report(runs: list[Run], o: argparse.Namespace) -> str:
     header = ["case", "consumer", "protocol", "B", "joined", "first fresh", "fresh p50",
               "fresh p99", "produced before assign", f"p99, first {o.early:g} s after",
               "p99, later", "worst 1 % before or early",
-              "fresh max", "via child", "backlog delivered", "p99 ÷ classic p99"]  # fmt: skip
+              "fresh max", "via child", "backlog delivered", "plan (in on_assign)",
+              "first fresh - joined", "p99 ÷ classic p99"]  # fmt: skip
     rows = []
     d = format_duration
-    for case, (kind, protocol, backlog) in CASES.items():
+    names = [n for c in CASES for n in (c, c + BASE)]
+    for case in names:
+        kind, protocol, backlog = CASES[case.removesuffix(BASE)]
         mine = [r for r in runs if r.case == case]
         if not mine:
             continue
-        twin = case.replace("k", "c") if protocol == "consumer" else case
+        twin = case.replace("k", "c", 1) if protocol == "consumer" else case
         classic = {r.rep: r.result.fresh_p99_s for r in runs if r.case == twin}
 
         def med(name: str, mine: list[Run] = mine) -> Any:
@@ -221,6 +248,9 @@ def report(runs: list[Run], o: argparse.Namespace) -> str:
                      d(med("fresh_max_s")),
                      f"{med('fresh_out_of_order'):.0f}",
                      d(med("backlog_done_s")) if backlog else "-",
+                     d(median(r.plan_s for r in mine)),
+                     d(median((r.result.first_fresh_s or 0)
+                              - (r.result.joined_s or 0) for r in mine)),
                      _runner.ratio(paired)])  # fmt: skip
     lost = sum(r.result.lost for r in runs)
     return "\n".join([*_runner.md_table(header, rows, left=3), "",
@@ -240,6 +270,9 @@ def main() -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--work-us", type=float, default=0.0)
     p.add_argument("--cases", default="all", help=f"comma-separated of {', '.join(CASES)}")
+    p.add_argument("--baseline", metavar="DIR", help="a checkout of the library (its own "
+                   "benchmarks/protocol_latency.py too) whose catch-up runs beside this one's,"
+                   " in the same turns: cases with a backlog, again as CASE-base")
     p.add_argument("--debug", default="", help="librdkafka debug contexts, e.g. cgrp,fetch")
     p.add_argument("--log-dir", help="with --debug: every librdkafka and fastrebalance log"
                    " line of each run (unix time) in DIR/CASE-REP.log, instead of the counts")
