@@ -309,7 +309,7 @@ class Assignments:
         # (they overlap the round trip), before them when it is new: a new handle looks
         # its group coordinator up through any broker connection, and once its first fetch
         # is out that is the connection whose answer is the backlog's first megabytes,
-        # which librdkafka parses (0.2-0.5 s for 4 x 77,000 records on 2 busy cores)
+        # which librdkafka parses (0.17-0.46 s for 4 x 77,000 records on 2 busy cores)
         # before the coordinator's answer behind it. This read waited that long inside
         # the rebalance callback, with the primary's fresh records queued: 4 of 6 restarts
         # on Apache Kafka 4, under either group protocol (docs/benchmarks.md, Apache Kafka
