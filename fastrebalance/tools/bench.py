@@ -189,7 +189,8 @@ def _worker_throughput(spec: dict[str, Any], _commands: queue.Queue[str]) -> dic
     # fetch.queue.backoff.ms 10 and queues that hold the whole topic: librdkafka's default
     # backoff (1000 ms) pauses the fetch at ~100k queued records, and the fetch is not timed
     conf = {"bootstrap.servers": spec["bootstrap"], "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": FETCH_WAIT_MS, **group_conf(spec["group_protocol"]),
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            **group_conf(spec.get("group_protocol", BenchSettings.group_protocol)),
             "fetch.queue.backoff.ms": 10, "queued.max.messages.kbytes": 1_000_000,
             "queued.min.messages": 10_000_000}  # fmt: skip
     variants: list[str] = spec["variants"]
