@@ -304,21 +304,35 @@ class Assignments:
                 catchups.append((key, plan.ledger, epoch))
             if plan.caught_up is not None:
                 added[key] = plan.caught_up
+        # Stale checkpoints are retired before anything can be committed (we still hold
+        # the user's thread), after the child's fetches started when its handle is up
+        # (they overlap the round trip), before them when it is new: a new handle looks
+        # its group coordinator up through any broker connection, and once its first fetch
+        # is out that is the connection whose answer is the backlog's first megabytes,
+        # which librdkafka parses (0.17-0.46 s for 4 x 77,000 records on 2 busy cores)
+        # before the coordinator's answer behind it. This read waited that long inside
+        # the rebalance callback, with the primary's fresh records queued: 4 of 6 restarts
+        # on Apache Kafka 4, under either group protocol (docs/benchmarks.md, Apache Kafka
+        # 4: classic and consumer protocols).
+        retire_first = bool(added) and not self._child.alive
+        if retire_first:
+            self._retire_stale(added)
         if catchups and self._group is not None:
             # group-wide: the backlog is offered in chunks, read by whoever claims them
             self._group.own((key, ledger) for key, ledger, _ in catchups)
         elif catchups:
             self._child.start_all(catchups)
-        if added:
-            # After the fetches started (they overlap these round trips), before anything
-            # can be committed: we still hold the user's thread.
-            retired = self._child.retire_stale(
-                added, self._plan_budget, write=not self._settings.transactional
-            )
-            if self._settings.transactional:
-                self._committer.txn_retire.update({_key(t): t for t in retired})
+        if added and not retire_first:
+            self._retire_stale(added)
         self._delivery.note_stale_positions(list(plans))
         self._delivery.recheck()
+
+    def _retire_stale(self, added: dict[Key, tuple[int, int]]) -> None:
+        retired = self._child.retire_stale(
+            added, self._plan_budget, write=not self._settings.transactional
+        )
+        if self._settings.transactional:
+            self._committer.txn_retire.update({_key(t): t for t in retired})
 
     # -- deferred partitions ---------------------------------------------------------------
     def _defer(self, tps: list[TopicPartition]) -> None:

@@ -27,7 +27,14 @@ from ..testing import _workload as wl
 from . import _args as a
 from . import _runner
 from ._runner import FAST, PLAIN, Session, alternate, div, median, ratio
-from .workload import FETCH_WAIT_MS, SESSION_TIMEOUT_MS, RunResult, format_duration, measure_restart
+from .workload import (
+    FETCH_WAIT_MS,
+    GROUP_PROTOCOLS,
+    RunResult,
+    format_duration,
+    group_conf,
+    measure_restart,
+)
 
 #: plain confluent-kafka with the fetch setting fastrebalance gives its child
 #: (_config.child_config): the fair baseline for the drain. librdkafka stops fetching for
@@ -58,7 +65,9 @@ class BenchSettings:
     """What to run; the defaults take about 10 minutes on 2 cores. Each field is the
     option of the same name (``fastrebalance bench --help``), except ``tail_s``: each
     recovery run reads this long after its backlog and its window, so that the last fresh
-    records of the window are delivered too."""
+    records of the window are delivered too. ``group_protocol``: every measured consumer's,
+    plain and fastrebalance alike, so that a ratio compares the libraries under one
+    protocol (``workload.group_conf``)."""
 
     backlogs: tuple[int, ...] = (10_000, 100_000, 1_000_000)
     work_us: tuple[float, ...] = (0.0, 20.0)
@@ -72,6 +81,7 @@ class BenchSettings:
     bootstrap_servers: str | None = None
     tail_s: float = 0.3
     run_timeout_s: float = 300.0
+    group_protocol: str = "classic"
 
 
 @dataclass(frozen=True)
@@ -179,7 +189,8 @@ def _worker_throughput(spec: dict[str, Any], _commands: queue.Queue[str]) -> dic
     # fetch.queue.backoff.ms 10 and queues that hold the whole topic: librdkafka's default
     # backoff (1000 ms) pauses the fetch at ~100k queued records, and the fetch is not timed
     conf = {"bootstrap.servers": spec["bootstrap"], "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": FETCH_WAIT_MS, "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            **group_conf(spec.get("group_protocol", BenchSettings.group_protocol)),
             "fetch.queue.backoff.ms": 10, "queued.max.messages.kbytes": 1_000_000,
             "queued.min.messages": 10_000_000}  # fmt: skip
     variants: list[str] = spec["variants"]
@@ -281,7 +292,8 @@ def _steady(
             spec = {"kind": "throughput", "bootstrap": session.bootstrap, "topic": topic,
                     "groups": groups, "variants": alternate(VARIANTS, rep), "loop": loop,
                     "records": min(s.throughput_records, log),
-                    "run_timeout_s": s.run_timeout_s}  # fmt: skip
+                    "run_timeout_s": s.run_timeout_s,
+                    "group_protocol": s.group_protocol}  # fmt: skip
             got = _runner.run_worker(_WORKER_MODULE, spec, s.run_timeout_s + _WORKER_GRACE_S)
             done = [ThroughputRun(loop, v, rep, **got["variants"][v]) for v in VARIANTS]
             runs += done
@@ -298,7 +310,8 @@ def _recovery(
     fresh = wl.FreshProducer(bootstrap, wl.partition_keys(topic, s.partitions), s.rate)
     fresh.start()
     session.later(fresh.stop)
-    emit(f"recovery: {topic}, {s.partitions} partitions, {s.rate:g} fresh records/s throughout")
+    emit(f"recovery: {topic}, {s.partitions} partitions, {s.rate:g} fresh records/s throughout,"
+         f" group protocol {s.group_protocol}")
     failures = 0
 
     def one(asked: int, work_us: float, rep: int, consumer: str) -> None:
@@ -313,7 +326,7 @@ def _recovery(
         wl.set_group_offsets(bootstrap, topic, group, start)
         args = {"bootstrap": bootstrap, "topic": topic, "group": group, "start": start,
                 "work_us": work_us, "tail_s": s.tail_s, "run_timeout_s": s.run_timeout_s,
-                "window_s": s.duration_s}  # fmt: skip
+                "window_s": s.duration_s, "group_protocol": s.group_protocol}  # fmt: skip
         spec = {"kind": "recovery", "consumer": consumer, "args": args}
         got = _runner.run_worker(_WORKER_MODULE, spec, s.run_timeout_s + _WORKER_GRACE_S)
         prepared = sum(hi - st for (_lo, hi), st in zip(marks, start, strict=True))
@@ -464,12 +477,23 @@ def _throughput_table(result: BenchResult) -> list[str]:
     ]
 
 
+def protocol_line(protocol: str) -> str:
+    """The report names the group protocol: the same tables under the other protocol are
+    a different measurement (KIP-848's assignment is the broker's, heartbeat-driven)."""
+    if protocol == "consumer":
+        return ("Group protocol: consumer (KIP-848, `group.protocol=consumer`) for every measured"
+                " consumer; session and heartbeat are the broker's.")  # fmt: skip
+    return (f"Group protocol: classic for every measured consumer (session.timeout.ms"
+            f" {group_conf('classic')['session.timeout.ms']}).")
+
+
 def format_markdown(result: BenchResult, command: str | None = None) -> str:
     """The tables (medians over the repetitions), their targets and a legend, as Markdown."""
     s = result.settings
     lines = [f"Command: `{command}`", ""] if command else []
     lines += [
         _runner.machine_line(result.machine, result.cluster),
+        protocol_line(s.group_protocol),
         f"Recovery: medians of {s.reps} repetition(s); the consumers alternate which runs"
         f" first. Wall time {result.wall_s / 60:.1f} min.",
         "",
@@ -511,6 +535,7 @@ examples:
   fastrebalance bench --backlogs 10000,100000 --reps 1 --duration 5
   fastrebalance bench --scenario steady --steady-reps 5
   fastrebalance bench --bootstrap-servers localhost:9092 --markdown bench.md
+  fastrebalance bench --scenario recovery --group-protocol consumer     # KIP-848 (Kafka 4)
 """,
     )
     int_list, float_list, count = a.number_list(int, 1), a.number_list(float, 0), a.number(int, 1)
@@ -533,6 +558,11 @@ examples:
     p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
                    help="which scenario to run (default: all; group: group-wide catch-up, 1-4 "
                    "member processes, python -m fastrebalance.tools.groupbench run --help)")
+    p.add_argument("--group-protocol", choices=GROUP_PROTOCOLS, default=d.group_protocol,
+                   help="group.protocol of every measured consumer, plain and fastrebalance "
+                   "(default: classic; consumer: KIP-848, Apache Kafka 4 or the embedded "
+                   "cluster; the session and heartbeat are then the broker's). Not for "
+                   "--scenario group")
     a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
                         "topics and groups are deleted afterwards")
     a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
@@ -541,19 +571,31 @@ examples:
     p.set_defaults(func=_command)
 
 
-def _command(args: argparse.Namespace) -> int:
-    if args.scenario == "group":
-        from .groupbench import run_from_args
-
-        return run_from_args(args)
-    # The exact command, every option spelled out, so the tables can be reproduced.
+def settings_from_args(args: argparse.Namespace) -> tuple[BenchSettings, str]:
+    """What ``fastrebalance bench`` runs, and the command that reproduces it, every option
+    spelled out (the group protocol too), for the report's first line."""
     options = ("scenario", "backlogs", "work_us", "reps", "steady_reps", "duration", "rate",
-               "partitions", "throughput_records", "bootstrap_servers")  # fmt: skip
+               "partitions", "throughput_records", "group_protocol",
+               "bootstrap_servers")  # fmt: skip
     same = {k: getattr(args, k) for k in options if k in BenchSettings.__dataclass_fields__}
     scenarios = ("steady", "recovery") if args.scenario == "all" else (args.scenario,)
     settings = BenchSettings(**same, duration_s=args.duration, scenarios=scenarios,
                              run_timeout_s=args.timeout)  # fmt: skip
-    command = " ".join(["fastrebalance bench", *a.spelled(args, options)])
+    return settings, " ".join(["fastrebalance bench", *a.spelled(args, options)])
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.scenario == "group":
+        if args.group_protocol != BenchSettings.group_protocol:
+            # groupbench sets its members' config itself: a silently ignored option would
+            # make a classic table read as a consumer-protocol one
+            print("fastrebalance bench: --group-protocol does not apply to --scenario group",
+                  file=sys.stderr)  # fmt: skip
+            return a.EXIT_USAGE
+        from .groupbench import run_from_args
+
+        return run_from_args(args)
+    settings, command = settings_from_args(args)
     print(f"fastrebalance bench: {command}\n", flush=True)
     result = run_bench(settings, out=lambda line: print(line, flush=True))
     a.write_report(args, format_markdown(result, command), result)

@@ -26,9 +26,51 @@ BATCH = 500
 CONSUME_TIMEOUT_S = 0.01
 #: Session timeout of every group member, as the embedded-cluster facts were measured.
 SESSION_TIMEOUT_MS = 6000
+#: The group protocols a benchmark can measure under (``group.protocol``).
+GROUP_PROTOCOLS = ("classic", "consumer")
+#: Settings librdkafka refuses under ``group.protocol=consumer`` ("not supported for
+#: group.protocol=consumer", _INVALID_ARG at construction): under KIP-848 the broker owns
+#: the session, the heartbeat and the assignor. Set only under the classic protocol.
+CLASSIC_ONLY_KEYS = (
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "group.protocol.type",
+)
 #: The mock holds empty fetches for fetch.wait.max.ms; its 500 ms default would dominate
 #: every latency measured here (facts file: p50 250-330 ms instead of ~6 ms).
 FETCH_WAIT_MS = 10
+
+
+def group_conf(protocol: str) -> dict[str, Any]:
+    """The membership settings of every consumer a benchmark measures under ``protocol``.
+
+    Classic: the session timeout the embedded-cluster facts were measured with. Consumer
+    (KIP-848): only ``group.protocol``; the session and heartbeat are the broker's
+    (``group.consumer.*``, or a group's ``consumer.*`` override), since librdkafka refuses
+    ``CLASSIC_ONLY_KEYS`` there. A restart in these benchmarks joins a group nobody else is
+    in, so the session timeout never decides a measured time.
+
+    Raises:
+        ValueError: ``protocol`` is not one of ``GROUP_PROTOCOLS``.
+    """
+    if protocol == "classic":
+        return {"session.timeout.ms": SESSION_TIMEOUT_MS}
+    if protocol == "consumer":
+        return {"group.protocol": "consumer"}
+    raise ValueError(f"group protocol {protocol!r}: expected one of {', '.join(GROUP_PROTOCOLS)}")
+
+
+def restart_conf(bootstrap: str, group: str, protocol: str) -> dict[str, Any]:
+    """The config every restarted consumer of ``measure_restart`` gets, plain or
+    fastrebalance alike (``make`` may add to it)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        **group_conf(protocol),
+        "fetch.wait.max.ms": FETCH_WAIT_MS,
+        "auto.offset.reset": "earliest",
+    }
 
 
 def busy(seconds: float) -> None:
@@ -89,6 +131,8 @@ def measure_restart(
     tail_s: float,
     run_timeout_s: float,
     window_s: float | None = None,
+    group_protocol: str = "classic",
+    on_fresh: Callable[[float, float], None] | None = None,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -97,6 +141,13 @@ def measure_restart(
     offset below the log end read at that point has been delivered; whatever is still
     missing then, or at ``run_timeout_s``, is *lost*.
 
+    ``group_protocol`` is the measured consumer's (``group_conf``); a fastrebalance child
+    makes its own choice (it never joins a group).
+
+    ``on_fresh(produced_s, latency_s)`` is told of every fresh record of the window
+    (``produced_s`` from the restart, wall clock): where in the run the tail lies, for
+    benchmarks/protocol_latency.py.
+
     ``window_s`` limits the fresh-latency statistics to records produced within that
     many seconds of the restart, so that runs of different lengths (a plain replay of
     a million records takes far longer than fastrebalance) compare the same records.
@@ -104,13 +155,7 @@ def measure_restart(
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
     backlog = backlog_left = sum(max(0, e - s) for s, e in zip(start, backlog_end, strict=True))
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "fetch.wait.max.ms": FETCH_WAIT_MS,
-        "auto.offset.reset": "earliest",
-    }
+    conf = restart_conf(bootstrap, group, group_protocol)
     work_s = work_us / 1e6
     min_run_s = 0.0 if window_s is None else window_s + tail_s
     # seen[p][i] != 0 once offset start[p] + i was delivered: C-speed scans later.
@@ -169,6 +214,8 @@ def measure_restart(
                     if ts < window_end:
                         latencies.append(now - ts)
                         out_of_order += behind
+                        if on_fresh is not None:
+                            on_fresh(ts - restart_wall, now - ts)
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0

@@ -4,16 +4,31 @@ metadata is tried here; tests/integration/test_status.py reads them from Kafka).
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 
 import pytest
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import KafkaException
 
 from fastrebalance._token import (
     ChildCheckpoint,
     GroupToken,
     encode_child_checkpoint,
     encode_group_token,
+)
+from fastrebalance.tools._runner import machine_info
+from fastrebalance.tools.bench import (
+    OFF,
+    ON,
+    RAW,
+    RECOVERY_CONSUMERS,
+    BenchResult,
+    BenchSettings,
+    format_markdown,
+    make_consumer,
+    settings_from_args,
 )
 from fastrebalance.tools.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, build_parser, main
 from fastrebalance.tools.status import (
@@ -24,6 +39,7 @@ from fastrebalance.tools.status import (
     format_status,
     partition_status,
 )
+from fastrebalance.tools.workload import CLASSIC_ONLY_KEYS, GROUP_PROTOCOLS, restart_conf
 
 
 def token(position: int, *ranges: tuple[int, int], user: str = "") -> str:
@@ -130,6 +146,73 @@ def test_unreachable_cluster_exits_3_with_the_address(
         assert json.loads(out)["error"] == "cluster_unreachable"
     else:
         assert out == ""
+
+
+# ------------------------------------------------------ bench --group-protocol
+def _bench_args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["bench", *argv])
+
+
+def test_bench_group_protocol_defaults_to_classic_and_is_spelled_in_the_command() -> None:
+    settings, command = settings_from_args(_bench_args("--scenario", "recovery"))
+    assert settings.group_protocol == "classic"
+    assert "--group-protocol classic" in command  # the report names it even by default
+
+
+def test_bench_group_protocol_consumer_reaches_the_settings_and_the_command() -> None:
+    args = _bench_args("--scenario", "recovery", "--group-protocol", "consumer",
+                       "--backlogs", "400000", "--reps", "2")  # fmt: skip
+    settings, command = settings_from_args(args)
+    assert settings.group_protocol == "consumer"
+    assert settings.scenarios == ("recovery",) and settings.backlogs == (400_000,)
+    assert command.startswith("fastrebalance bench --scenario recovery")
+    assert "--group-protocol consumer" in command
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--group-protocol", "cooperative"],  # an assignor, not a protocol
+        ["bench", "--group-protocol", ""],
+        # groupbench configures its members itself: the option would be ignored
+        ["bench", "--scenario", "group", "--group-protocol", "consumer"],
+    ],
+)
+def test_bench_group_protocol_usage_errors(argv: list[str], capsys: pytest.CaptureFixture) -> None:
+    assert main(argv) == EXIT_USAGE
+    assert "--group-protocol" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", CLASSIC_ONLY_KEYS)
+def test_librdkafka_refuses_each_classic_only_key_under_the_consumer_protocol(key: str) -> None:
+    """Pins CLASSIC_ONLY_KEYS to librdkafka: should a release accept one (or refuse
+    another), the list, and the bench's config, must follow."""
+    value = {"partition.assignment.strategy": "range", "group.protocol.type": "consumer"}
+    conf = {**restart_conf(f"127.0.0.1:{_closed_port()}", "g", "consumer"),
+            key: value.get(key, 6000)}  # fmt: skip
+    with pytest.raises(KafkaException, match=r"not supported for `group\.protocol=consumer`"):
+        PlainConsumer(conf)
+
+
+@pytest.mark.parametrize("protocol", GROUP_PROTOCOLS)
+@pytest.mark.parametrize("kind", [*RECOVERY_CONSUMERS, RAW, OFF, ON])
+def test_every_bench_consumer_is_built_under_either_protocol(kind: str, protocol: str) -> None:
+    """The bench's own config for every kind it measures: librdkafka builds it (no broker
+    needed to construct), with group.protocol set exactly under the consumer protocol."""
+    conf = restart_conf(f"127.0.0.1:{_closed_port()}", "g", protocol)
+    assert ("group.protocol" in conf) == (protocol == "consumer")
+    if protocol == "consumer":
+        assert not set(CLASSIC_ONLY_KEYS) & set(conf)
+    consumer = make_consumer(kind, conf)
+    consumer.close()
+
+
+def test_bench_report_names_the_group_protocol() -> None:
+    for protocol, needle in (("consumer", "group.protocol=consumer"), ("classic", "classic")):
+        settings = BenchSettings(scenarios=("recovery",), group_protocol=protocol)
+        result = BenchResult(settings, "embedded cluster at x", machine_info(), (), (), 0, 0, 1.0)
+        text = format_markdown(result, "fastrebalance bench --group-protocol " + protocol)
+        assert f"Group protocol: {protocol}" in text and needle in text
 
 
 # ------------------------------------------------------------- the pure merge
