@@ -163,7 +163,7 @@ class AIOConsumer(_AIOConsumer):
         return result
 
     async def commit_sync(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> list[TopicPartition] | None:
         """KIP-333's commitSync(): commit(..., asynchronous=False)."""
         result: list[TopicPartition] | None = await self.commit(
@@ -172,7 +172,7 @@ class AIOConsumer(_AIOConsumer):
         return result
 
     async def commit_async(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> None:
         """KIP-333's commitAsync(): commit(..., asynchronous=True)."""
         await self.commit(message=message, offsets=offsets, asynchronous=True)
