@@ -228,7 +228,8 @@ class AsyncDeserializingConsumer(AIOConsumer, Generic[K, V]):
             on the event loop, or an asyncio one such as ``AsyncAvroDeserializer``) or
             their ``.builder`` counterparts; the rest an ``AIOConsumer`` config. Not
             modified.
-        max_workers, executor: as ``AIOConsumer``'s.
+        max_workers: as ``AIOConsumer``'s.
+        executor: as ``AIOConsumer``'s.
 
     Raises:
         ValueError: (when awaited) a deserializer and its builder both configured.
