@@ -325,7 +325,7 @@ class Consumer:
     # -- commits ----------------------------------------------------------------------------------
     def commit(
         self,
-        message: Message | None = None,
+        message: Message[Any, Any] | None = None,
         offsets: list[TopicPartition] | None = None,
         asynchronous: bool = True,
     ) -> list[TopicPartition] | None:
@@ -349,13 +349,13 @@ class Consumer:
         return self._committer.commit(message, offsets, asynchronous)
 
     def commit_sync(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> list[TopicPartition] | None:
         """KIP-333's commitSync(): commit(..., asynchronous=False)."""
         return self.commit(message=message, offsets=offsets, asynchronous=False)
 
     def commit_async(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> None:
         """KIP-333's commitAsync(): commit(..., asynchronous=True)."""
         self.commit(message=message, offsets=offsets, asynchronous=True)
@@ -364,7 +364,7 @@ class Consumer:
     commitAsync = commit_async
 
     def store_offsets(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> None:
         """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
         written by the next commit() or auto-commit."""
@@ -383,7 +383,7 @@ class Consumer:
     def send_offsets_to_transaction(
         self,
         producer: Any,
-        messages: Sequence[Message] | None = None,
+        messages: Sequence[Message[Any, Any]] | None = None,
         offsets: list[TopicPartition] | None = None,
         timeout: float | None = None,
     ) -> None:
@@ -437,7 +437,7 @@ class Consumer:
         self,
         producer: Any,
         timeout: float | None = None,
-        messages: Sequence[Message] | None = None,
+        messages: Sequence[Message[Any, Any]] | None = None,
     ) -> None:
         """``producer.abort_transaction()``, then every record the transaction did not
         commit is delivered again: each partition it held has its primary sought back to

@@ -4,23 +4,53 @@ A drop-in for ``confluent_kafka.aio.AIOConsumer``: it *is* that class (a subclas
 the same constructor, awaitable methods, executor and re-entrancy model), holding a
 ``fastrebalance.Consumer`` where confluent-kafka's holds a ``confluent_kafka.Consumer``,
 plus the KIP-333 calls (``child_consumer_is_alive()``, ``catchup_status()``, ...).
+
+``AsyncDeserializingConsumer`` is, in the same way, the twin of
+``confluent_kafka.aio.AsyncDeserializingConsumer``: this ``AIOConsumer`` with the
+deserializers of ``fastrebalance.DeserializingConsumer``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from confluent_kafka import Message, TopicPartition
+
+# confluent-kafka's handling of the deserializer keys, as in _deserializing (which says why)
+from confluent_kafka._serde_builder import (
+    AsyncSharedClusterIdResolver,
+    async_build_serdes,
+    async_close_serdes,
+    pop_serde_props,
+    propagate_async_cluster_id_resolver,
+)
 from confluent_kafka.aio import AIOConsumer as _AIOConsumer
 from confluent_kafka.aio import _common
+from confluent_kafka.error import (
+    ConsumeError,
+    KeyDeserializationError,
+    ValueDeserializationError,
+)
 
 from ._consumer import CatchupStatus, Consumer
+from ._deserializing import decoded_async
 
-__all__ = ["AIOConsumer"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
+    from typing_extensions import TypeVar as DefaultTypeVar
+
+    K = DefaultTypeVar("K", default=Any)
+    V = DefaultTypeVar("V", default=Any)
+else:
+    K = TypeVar("K")
+    V = TypeVar("V")
+
+__all__ = ["AIOConsumer", "AsyncDeserializingConsumer"]
 
 # the identity confluent-kafka's per-handle call gate admits (see _child.call_bounded)
 from confluent_kafka.cimpl import _reentry_identity_var as _GATE_IDENTITY
@@ -108,14 +138,19 @@ class AIOConsumer(_AIOConsumer):
 
     # -- reading ----------------------------------------------------------------------------
     async def _take(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        got = await self._fetch(method, *args, **kwargs)
+        self._consumer._received(got)
+        return got
+
+    async def _fetch(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """What poll()/consume() returned, still in transit: no bare commit claims it until
+        ``_handed()`` (or ``_consumer._received()``) says the application has it."""
         call = asyncio.ensure_future(self._call(self._consumer._hand, method, *args, **kwargs))
         try:
-            got = await asyncio.shield(call)
+            return await asyncio.shield(call)
         except asyncio.CancelledError:
             call.add_done_callback(self._keep)
             raise
-        self._consumer._received(got)
-        return got
 
     def _keep(self, call: asyncio.Future[Any]) -> None:
         """The records of a call whose caller was cancelled: handed out next."""
@@ -163,7 +198,7 @@ class AIOConsumer(_AIOConsumer):
         return result
 
     async def commit_sync(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> list[TopicPartition] | None:
         """KIP-333's commitSync(): commit(..., asynchronous=False)."""
         result: list[TopicPartition] | None = await self.commit(
@@ -172,10 +207,158 @@ class AIOConsumer(_AIOConsumer):
         return result
 
     async def commit_async(
-        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+        self, message: Message[Any, Any] | None = None, offsets: list[TopicPartition] | None = None
     ) -> None:
         """KIP-333's commitAsync(): commit(..., asynchronous=True)."""
         await self.commit(message=message, offsets=offsets, asynchronous=True)
 
     commitSync = commit_sync
     commitAsync = commit_async
+
+
+class AsyncDeserializingConsumer(AIOConsumer, Generic[K, V]):
+    """``confluent_kafka.aio.AsyncDeserializingConsumer`` over a ``fastrebalance.Consumer``:
+    this module's ``AIOConsumer`` whose ``poll()``/``consume()`` deserialize, created as
+    confluent-kafka's is, by awaiting it (builders may be asynchronous)::
+
+        consumer = await AsyncDeserializingConsumer({..., "value.deserializer": avro})
+
+    Args:
+        conf: ``key.deserializer`` / ``value.deserializer`` (a blocking deserializer, run
+            on the event loop, or an asyncio one such as ``AsyncAvroDeserializer``) or
+            their ``.builder`` counterparts; the rest an ``AIOConsumer`` config. Not
+            modified.
+        max_workers: as ``AIOConsumer``'s.
+        executor: as ``AIOConsumer``'s.
+
+    Raises:
+        ValueError: (when awaited) a deserializer and its builder both configured.
+
+    As in ``fastrebalance.DeserializingConsumer``, a record whose deserialization fails
+    counts as delivered once its exception is raised (``kafka_message`` holds it raw): a
+    bare ``commit()`` claims it. Unlike confluent-kafka's, ``consume()`` loses no record of
+    a batch to one bad record: it returns the records before it, and the next call raises
+    for it, then goes on with the rest; the records not yet returned stay unclaimed.
+
+    Thread ownership: the deserializers run on the event loop's thread, as do the records
+    kept for the next call (``_stash``); the inner ``Consumer`` is the executor's, as in
+    ``AIOConsumer``. Records taken from it stay in transit (no bare commit claims them)
+    until handed to the application, in a list or inside an exception.
+    """
+
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        max_workers: int = 100,
+        executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        # Nothing is built until awaited: the builders may be coroutines, and the consumer
+        # gets the config they leave.
+        self._pending: tuple[dict[str, Any], int, concurrent.futures.Executor | None] | None
+        self._pending = (conf, max_workers, executor)
+        self._owned_serdes: list[Any] = []
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self._start().__await__()
+
+    async def _start(self) -> Self:
+        if self._pending is None:
+            return self  # awaited before
+        conf, max_workers, executor = self._pending
+        specs, rest = pop_serde_props(conf, "key.deserializer", "value.deserializer")
+        serdes, self._owned_serdes, rest = await async_build_serdes(specs, rest)
+        self._key_deserializer, self._value_deserializer = serdes
+        try:
+            super().__init__(rest, max_workers, executor)
+            resolver = AsyncSharedClusterIdResolver(self.cluster_id)
+            propagate_async_cluster_id_resolver(resolver, serdes)
+        except BaseException:
+            owned, self._owned_serdes = self._owned_serdes, []
+            with contextlib.suppress(Exception):  # the construction error is the one to report
+                await async_close_serdes(owned)
+            raise
+        self._pending = None
+        return self
+
+    # -- reading ------------------------------------------------------------------------------
+    async def _records(self, method: str, num: int, *args: Any, **kwargs: Any) -> list[Message]:
+        """Up to ``num`` records in transit: those kept by an earlier call first."""
+        if self._stash:
+            return [self._stash.popleft() for _ in range(min(num, len(self._stash)))]
+        got = await self._fetch(method, *args, **kwargs)
+        return got if isinstance(got, list) else [] if got is None else [got]
+
+    async def _decode(self, msgs: list[Message]) -> list[Message]:
+        """The records, deserialized, handed to the application, up to the first one that
+        fails: raised here if it comes first, else kept (with those after it) for the next
+        call. A cancellation meanwhile keeps them all, raw, for the next call."""
+        done: list[tuple[Message, tuple[Any, Any] | None]] = []
+        failure: ConsumeError | None = None
+        try:
+            for m in msgs:
+                if m.error() is not None:
+                    done.append((m, None))  # an event: returned as it is
+                    continue
+                try:
+                    kv = await decoded_async(m, self._key_deserializer, self._value_deserializer)
+                except (KeyDeserializationError, ValueDeserializationError) as exc:
+                    failure = exc
+                    break
+                done.append((m, kv))
+        except BaseException:
+            self._stash.extendleft(reversed(msgs))  # nothing of them reached the application
+            raise
+        if failure is not None:
+            if done:
+                self._stash.extendleft(reversed(msgs[len(done) :]))
+            else:
+                self._stash.extendleft(reversed(msgs[1:]))
+                self._handed(msgs[:1])  # delivered, inside the exception
+                raise failure
+        for m, decoded in done:
+            if decoded is not None:
+                m.set_key(decoded[0])
+                m.set_value(decoded[1])
+        return self._handed([m for m, _ in done])
+
+    async def poll(self, timeout: float = -1) -> Message[K, V] | None:
+        """One record, deserialized (see ``fastrebalance.DeserializingConsumer.poll``).
+
+        Raises:
+            KeyDeserializationError, ValueDeserializationError: the record could not be
+                deserialized; it counts as delivered (``kafka_message``).
+            ConsumeError: an error event.
+        """
+        msgs = await self._records("poll", 1, timeout)
+        if not msgs:
+            return None
+        (msg,) = await self._decode(msgs)
+        error = msg.error()
+        if error is not None:
+            raise ConsumeError(error, kafka_message=msg)
+        return msg  # type: ignore[return-value]
+
+    async def consume(
+        self, num_messages: int = 1, timeout: float = -1
+    ) -> list[Message[K, V]]:
+        """Up to ``num_messages`` records, deserialized; error events returned as they are.
+
+        Raises:
+            KeyDeserializationError, ValueDeserializationError: the first record of the
+                call could not be deserialized (it counts as delivered); a record that
+                fails after others is raised by the next call, which these are returned
+                without.
+        """
+        msgs = await self._records("consume", num_messages, num_messages, timeout)
+        return await self._decode(msgs)  # type: ignore[return-value]
+
+    # -- close --------------------------------------------------------------------------------
+    async def close(self, *args: Any, **kwargs: Any) -> Any:
+        """``AIOConsumer.close()``, then the deserializers built from a ``.builder``. Safe to
+        call again; if the consumer's close raises, they are kept for the next call."""
+        result = None
+        if not self._closed:
+            result = await super().close(*args, **kwargs)
+        owned, self._owned_serdes = self._owned_serdes, []
+        await async_close_serdes(owned)
+        return result

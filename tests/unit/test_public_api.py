@@ -16,6 +16,7 @@ def test_exported_names_are_pinned():
         [
             "CatchupStatus",
             "Consumer",
+            "DeserializingConsumer",
             "KafkaError",
             "KafkaException",
             "Message",
