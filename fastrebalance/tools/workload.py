@@ -55,7 +55,10 @@ class RunResult:
     partition. For fastrebalance these were produced between the restart and the moment
     it read the log end: they lie below where its primary starts, so its child delivers
     them with the backlog. With few fresh records in a run, they decide its p99.
-    ``child_alive`` is None for a plain consumer.
+    ``child_alive`` is None for a plain consumer. ``samples``: (produced at, latency) of
+    each fresh record counted in the statistics, seconds since the restart, oldest first;
+    empty unless asked for (``keep_samples``), since only ``bench --plot`` draws them and
+    they would fill every --json report.
     """
 
     backlog: int
@@ -75,6 +78,7 @@ class RunResult:
     errors: tuple[str, ...]
     child_alive: bool | None
     close_s: float
+    samples: tuple[tuple[float, float], ...] = ()
 
 
 def measure_restart(
@@ -89,6 +93,7 @@ def measure_restart(
     tail_s: float,
     run_timeout_s: float,
     window_s: float | None = None,
+    keep_samples: bool = False,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -116,6 +121,7 @@ def measure_restart(
     # seen[p][i] != 0 once offset start[p] + i was delivered: C-speed scans later.
     seen = [bytearray(max(0, e - s) + 4096) for s, e in zip(start, backlog_end, strict=True)]
     latencies: list[float] = []
+    samples: list[tuple[float, float]] = []
     delivered = duplicates = out_of_order = 0
     delivered_at_backlog_done = 0
     highest = [-1] * partitions  # highest offset delivered so far, per partition
@@ -169,6 +175,8 @@ def measure_restart(
                     if ts < window_end:
                         latencies.append(now - ts)
                         out_of_order += behind
+                        if keep_samples:
+                            samples.append((ts - restart_wall, now - ts))
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0
@@ -218,4 +226,5 @@ def measure_restart(
         errors=tuple(errors),
         child_alive=child_alive,
         close_s=close_s,
+        samples=tuple(sorted(samples)),
     )
