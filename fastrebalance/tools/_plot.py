@@ -92,7 +92,7 @@ def draw(panels: Sequence[Panel], path: str, title: str, columns: int = 3) -> st
             _draw_panel(ax, panel)
         for ax in axes.flat[len(panels):]:
             ax.set_visible(False)
-        for ax in axes[-1]:
+        for ax in axes.flat:
             ax.set_xlabel("produced, seconds after the restart")
         for ax in axes[:, 0]:
             ax.set_ylabel("delivery latency, ms")
@@ -110,7 +110,7 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
         y = [max(latency * 1000, _FLOOR_MS) for _, latency in s.samples]
         ax.scatter(
             x, y, s=5, alpha=0.6, linewidths=0, color=COLOURS.get(s.label),
-            label=f"{s.label} ({len(x):,} fresh; backlog delivered {done})",
+            label=f"{s.label}: backlog delivered {done}, {len(x):,} fresh records",
         )  # fmt: skip
     if panel.steady_p99_s is not None:
         ax.axhline(panel.steady_p99_s * 1000, color="grey", linestyle="--", linewidth=1,
@@ -118,4 +118,6 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     ax.set_yscale("log")
     ax.set_title(panel.title, fontsize="medium")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper right", fontsize="x-small", markerscale=2.5)
+    # below the panel: inside, it hid the points of the first seconds, which matter most
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="x-small",
+              markerscale=2.5, frameon=False)  # fmt: skip
