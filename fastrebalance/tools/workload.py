@@ -94,6 +94,7 @@ def measure_restart(
     run_timeout_s: float,
     window_s: float | None = None,
     keep_samples: bool = False,
+    fresh_from_join: bool = False,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -105,6 +106,13 @@ def measure_restart(
     ``window_s`` limits the fresh-latency statistics to records produced within that
     many seconds of the restart, so that runs of different lengths (a plain replay of
     a million records takes far longer than fastrebalance) compare the same records.
+
+    ``fresh_from_join``: the backlog ends, and fresh records begin, when the group assigns
+    the consumer its partitions rather than when it is built. After a crash into the same
+    group the restarted member waits for the dead one's session timeout first, and what
+    was produced meanwhile is backlog to it: counting those records as fresh would charge
+    the wait to the latency of whichever consumer comes next. Times still count from the
+    restart (``joined_s`` is the wait).
     """
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
@@ -138,8 +146,18 @@ def measure_restart(
     try:
 
         def on_assign(_consumer: Any, _partitions: Any) -> None:
+            nonlocal restart_wall, window_end, backlog, backlog_left, backlog_done_s
             if not joined:
                 joined.append(time.monotonic() - t0)
+                if fresh_from_join and delivered == 0:
+                    # the probe is this thread's own handle: asking it here is safe
+                    restart_wall = time.time()
+                    window_end = float("inf") if window_s is None else restart_wall + window_s
+                    backlog_end[:] = [high for _low, high in watermarks(probe, topic, partitions)]
+                    backlog = backlog_left = sum(
+                        max(0, e - s) for s, e in zip(start, backlog_end, strict=True)
+                    )
+                    backlog_done_s = 0.0 if backlog == 0 else None
 
         consumer.subscribe([topic], on_assign=on_assign)
         while True:
