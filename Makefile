@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,spark,prometheus,otel,schemaregistry]'
+	$(PY) -m pip install --quiet -e '.[test,docs,spark,prometheus,otel,schemaregistry,plot]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 demo: $(STAMP)

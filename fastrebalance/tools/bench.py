@@ -26,6 +26,7 @@ from typing import Any
 from ..testing import _workload as wl
 from . import _args as a
 from . import _runner
+from ._plot import Panel, Series, draw
 from ._runner import FAST, PLAIN, Session, alternate, div, median, ratio
 from .workload import (
     FETCH_WAIT_MS,
@@ -67,7 +68,8 @@ class BenchSettings:
     recovery run reads this long after its backlog and its window, so that the last fresh
     records of the window are delivered too. ``group_protocol``: every measured consumer's,
     plain and fastrebalance alike, so that a ratio compares the libraries under one
-    protocol (``workload.group_conf``)."""
+    protocol (``workload.group_conf``). ``keep_samples``: each recovery run returns every
+    fresh record's latency (``RunResult.samples``), which --plot draws."""
 
     backlogs: tuple[int, ...] = (10_000, 100_000, 1_000_000)
     work_us: tuple[float, ...] = (0.0, 20.0)
@@ -82,6 +84,7 @@ class BenchSettings:
     tail_s: float = 0.3
     run_timeout_s: float = 300.0
     group_protocol: str = "classic"
+    keep_samples: bool = False
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,8 @@ def _recovery(
         wl.set_group_offsets(bootstrap, topic, group, start)
         args = {"bootstrap": bootstrap, "topic": topic, "group": group, "start": start,
                 "work_us": work_us, "tail_s": s.tail_s, "run_timeout_s": s.run_timeout_s,
-                "window_s": s.duration_s, "group_protocol": s.group_protocol}  # fmt: skip
+                "window_s": s.duration_s, "group_protocol": s.group_protocol,
+                "keep_samples": s.keep_samples}  # fmt: skip
         spec = {"kind": "recovery", "consumer": consumer, "args": args}
         got = _runner.run_worker(_WORKER_MODULE, spec, s.run_timeout_s + _WORKER_GRACE_S)
         prepared = sum(hi - st for (_lo, hi), st in zip(marks, start, strict=True))
@@ -355,6 +359,44 @@ def _recovery(
 
 
 # ----------------------------------------------------------------- printing
+def recovery_panels(result: BenchResult) -> list[Panel]:
+    """What --plot draws: a panel per (work per record, backlog), in the tables' order,
+    each consumer's median run by fresh p99 (a run, not a median of runs: the points of
+    one restart belong together)."""
+    runs: dict[tuple[float, int], dict[str, list[RecoveryRun]]] = {}
+    for run in result.recovery:
+        runs.setdefault((run.work_us, run.asked), {}).setdefault(run.consumer, []).append(run)
+    panels = []
+    for (work_us, asked), by_consumer in sorted(runs.items()):
+        if not asked:
+            continue
+        series = []
+        for consumer in RECOVERY_CONSUMERS:
+            ranked = sorted(by_consumer.get(consumer, []),
+                            key=lambda r: r.result.fresh_p99_s or math.inf)  # fmt: skip
+            if ranked:
+                r = ranked[(len(ranked) - 1) // 2].result
+                series.append(Series(consumer, r.samples, r.backlog_done_s))
+        steady = runs.get((work_us, 0), {}).get(FAST, [])
+        panels.append(Panel(
+            f"backlog {asked:,} records, {work_us:g} µs of work a record", series,
+            median(r.result.fresh_p99_s for r in steady),
+        ))  # fmt: skip
+    return panels
+
+
+def write_plot(result: BenchResult, path: str) -> str:
+    """The recovery latency plot as a PNG at ``path``; PlotUnavailable without matplotlib,
+    ValueError when the runs kept no samples (``BenchSettings.keep_samples``)."""
+    panels = recovery_panels(result)
+    if not any(s.samples for p in panels for s in p.series):
+        raise ValueError("the recovery runs kept no samples: run with keep_samples=True")
+    s = result.settings
+    title = (f"Fresh-record latency after a restart with a backlog: {s.rate:g} fresh"
+             f" records/s, {s.partitions} partitions; median run (by p99) of {s.reps}")  # fmt: skip
+    return draw(panels, path, title)
+
+
 def paired_ratio(
     top: Sequence[RecoveryRun], bottom: Sequence[RecoveryRun], metric: str
 ) -> float | None:
@@ -534,6 +576,7 @@ examples:
   fastrebalance bench                                   # everything, ~10 min on 2 cores
   fastrebalance bench --backlogs 10000,100000 --reps 1 --duration 5
   fastrebalance bench --scenario steady --steady-reps 5
+  fastrebalance bench --scenario recovery --backlogs 50000 --reps 1 --plot latency.png
   fastrebalance bench --bootstrap-servers localhost:9092 --markdown bench.md
   fastrebalance bench --scenario recovery --group-protocol consumer     # KIP-848 (Kafka 4)
 """,
@@ -568,6 +611,10 @@ examples:
     a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
               "count as lost (default: {})")
     a.report_files(p)
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw each fresh record's latency after the restart, per "
+                   "backlog and consumer, as a PNG (recovery scenario; needs matplotlib: "
+                   "pip install 'fastrebalance[plot]')")  # fmt: skip
     p.set_defaults(func=_command)
 
 
@@ -580,7 +627,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[BenchSettings, str]:
     same = {k: getattr(args, k) for k in options if k in BenchSettings.__dataclass_fields__}
     scenarios = ("steady", "recovery") if args.scenario == "all" else (args.scenario,)
     settings = BenchSettings(**same, duration_s=args.duration, scenarios=scenarios,
-                             run_timeout_s=args.timeout)  # fmt: skip
+                             run_timeout_s=args.timeout,
+                             keep_samples=bool(getattr(args, "plot", None)))  # fmt: skip
     return settings, " ".join(["fastrebalance bench", *a.spelled(args, options)])
 
 
@@ -595,10 +643,20 @@ def _command(args: argparse.Namespace) -> int:
         from .groupbench import run_from_args
 
         return run_from_args(args)
+    if args.plot:
+        if args.scenario not in ("all", "recovery"):
+            print("fastrebalance bench: --plot draws the recovery scenario's runs: "
+                  "--scenario recovery or all", file=sys.stderr)  # fmt: skip
+            return a.EXIT_USAGE
+        from ._plot import require_matplotlib
+
+        require_matplotlib()  # now, not after minutes of runs
     settings, command = settings_from_args(args)
     print(f"fastrebalance bench: {command}\n", flush=True)
     result = run_bench(settings, out=lambda line: print(line, flush=True))
     a.write_report(args, format_markdown(result, command), result)
+    if args.plot:
+        print(f"latency plot: {write_plot(result, args.plot)}", flush=True)
     return a.EXIT_OK if result.ok else a.EXIT_CHECK_FAILED
 
 

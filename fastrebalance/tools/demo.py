@@ -9,13 +9,21 @@ crashed group's offsets, copied into two fresh groups (a restart moves its group
 The measuring loop is ``fastrebalance bench``'s (``workload.measure_restart``), so that both
 measure alike.
 
+``--same-group`` shows what the copied offsets hide: before each restart a member of the
+restarted group, a process of its own, is SIGKILLed. It never leaves the group, so the
+restarted member gets no partition until the group coordinator gives up on the dead one
+(its session timeout): that wait is printed, and what was produced meanwhile is backlog.
+
 Thread ownership: the fresh producer's handle belongs to its own thread; every other handle
-(the session's probe, the consumers) belongs to the thread that calls ``run_demo()``.
+(the session's probe, the consumers) belongs to the thread that calls ``run_demo()``; the
+crashed member's, to its own process.
 """
 
 from __future__ import annotations
 
 import argparse
+import queue
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -29,15 +37,21 @@ from .._config import DEFAULT_LAG_THRESHOLD
 from ..testing import KafkaCluster
 from ..testing import _workload as wl
 from . import _args as a
-from ._runner import FAST, PLAIN, Out, Session, quiet, ratio
+from ._runner import FAST, PLAIN, Out, Session, Worker, emit, quiet, ratio, worker_main
 from .bench import make_consumer
-from .workload import BATCH, RunResult, format_duration, measure_restart
+from .workload import BATCH, SESSION_TIMEOUT_MS, RunResult, format_duration, measure_restart
 
 #: Records the crashed consumer reads past its last commit before it dies.
 _READ_BEFORE_CRASH = 1000
 #: Printed lines wrap here; a step's details are indented under it.
 _WIDTH = 92
 _INDENT = "      "
+#: Apache Kafka's default session.timeout.ms (since 3.0, KIP-735): how long a same-group
+#: restart would wait with the consumers' defaults.
+_DEFAULT_SESSION_TIMEOUT_MS = 45_000
+#: The crashed member's process: its join, its read, and then nothing until it is killed.
+_MEMBER_TIMEOUT_S = 60.0
+_WORKER_MODULE = "fastrebalance.tools.demo"
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,7 @@ class DemoSettings:
     bootstrap_servers: str | None = None
     tail_s: float = 2.0
     run_timeout_s: float = 120.0
+    same_group: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,44 @@ def _crash(bootstrap: str, topic: str, group: str, start: list[int], read: int) 
         consumer.close()
 
 
+def _member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str, Any]:
+    """The crashed member, in a process of its own so that it can be SIGKILLed: it joins
+    the group, reads ``read`` records past the committed offsets without committing them,
+    says so, and waits for the kill (or for its parent to go away)."""
+    conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
+            "enable.auto.commit": False, "session.timeout.ms": SESSION_TIMEOUT_MS}  # fmt: skip
+    consumer = PlainConsumer(conf)
+    try:
+        consumer.subscribe([spec["topic"]])
+        seen, deadline = 0, time.monotonic() + _MEMBER_TIMEOUT_S
+        while seen < spec["read"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the member to crash read only {seen} of {spec['read']}")
+            seen += sum(1 for m in consumer.consume(BATCH, 0.1) if m.error() is None)
+        emit({"event": "read", "records": seen})
+        # librdkafka's own thread heartbeats meanwhile: the group still counts this member
+        while commands.get() != "eof":
+            pass
+    finally:
+        consumer.close()
+    return {"records": seen}
+
+
+def _sigkill_member(bootstrap: str, topic: str, group: str, read: int) -> int:
+    """A member of ``group`` reads ``read`` records past its committed offsets and is
+    SIGKILLed: no commit, no LeaveGroup. Returns the records it read."""
+    spec = {"kind": "member", "bootstrap": bootstrap, "topic": topic, "group": group,
+            "read": read}  # fmt: skip
+    member = Worker(_WORKER_MODULE, spec)
+    try:
+        records: int = member.wait_for("read", _MEMBER_TIMEOUT_S)["records"]
+        member.proc.kill()
+        member.proc.wait()
+        return records
+    finally:
+        member.close()
+
+
 def run_demo(
     settings: DemoSettings | None = None, *, cluster: KafkaCluster | None = None,
     out: Out | None = print,
@@ -125,35 +178,63 @@ def run_demo(
                 " both consumers replay the backlog alike"
             )
 
-        group = session.group("crashed")
         committed = [lo for lo, _ in marks]
-        read = _crash(bootstrap, topic, group, committed, min(_READ_BEFORE_CRASH, log_backlog))
-        say(
-            f"[4/7] A consumer in group {group} committed the start of the backlog (offsets"
-            f" {', '.join(map(str, committed))}), read {read:,} records past it, then crashed"
-            " without committing them"
-        )
+        to_read = min(_READ_BEFORE_CRASH, log_backlog)
         plain_group, fast_group = session.group("plain"), session.group("fast")
-        for copy in (plain_group, fast_group):
-            wl.set_group_offsets(bootstrap, topic, copy, committed)
-        say(f"{_INDENT}its offsets copied to {plain_group} and {fast_group} for the restarts")
+        if s.same_group:
+            for group in (plain_group, fast_group):
+                wl.set_group_offsets(bootstrap, topic, group, committed)
+            say(
+                f"[4/7] Groups {plain_group} and {fast_group} committed the start of the"
+                f" backlog (offsets {', '.join(map(str, committed))}). Before each restart a"
+                f" member of that group, a process of its own, reads {to_read:,} records past"
+                " it and is SIGKILLed: it never leaves the group, so the restart into the same"
+                " group gets its partitions only once the group gives up on the dead member,"
+                f" after session.timeout.ms ({SESSION_TIMEOUT_MS:,} ms here, set short so that"
+                f" the demo stays short; the default, {_DEFAULT_SESSION_TIMEOUT_MS:,} ms, would"
+                " mean waiting 45 s or more)"
+            )
+        else:
+            group = session.group("crashed")
+            read = _crash(bootstrap, topic, group, committed, to_read)
+            say(
+                f"[4/7] A consumer in group {group} committed the start of the backlog (offsets"
+                f" {', '.join(map(str, committed))}), read {read:,} records past it, then"
+                " crashed without committing them"
+            )
+            for copy in (plain_group, fast_group):
+                wl.set_group_offsets(bootstrap, topic, copy, committed)
+            say(f"{_INDENT}its offsets copied to {plain_group} and {fast_group} for the restarts")
 
         fresh = wl.FreshProducer(bootstrap, wl.partition_keys(topic, s.partitions), s.rate)
         fresh.start()
         session.later(fresh.stop)
         say(f"[5/7] A producer keeps writing {s.rate:g} fresh records/s, stamped with their time")
 
-        measure = partial(
-            measure_restart, bootstrap=bootstrap, topic=topic, start=committed,
-            probe=session.probe, work_us=s.work_us, tail_s=s.tail_s, run_timeout_s=s.run_timeout_s,
-        )  # fmt: skip
-        say(f"[6/7] Restart (a): plain confluent_kafka.Consumer, {s.work_us:g} us of work a record")
-        plain = measure(partial(make_consumer, PLAIN), group=plain_group)
-        say(_INDENT + _summary(plain))
+        def restart(kind: str, group: str) -> RunResult:
+            crashed_end = 0
+            if s.same_group:
+                read = _sigkill_member(bootstrap, topic, group, to_read)
+                crashed_end = sum(hi for _lo, hi in wl.watermarks(session.probe, topic,
+                                                                  s.partitions))  # fmt: skip
+                say(f"{_INDENT}a member of {group} read {read:,} records and was SIGKILLed;"
+                    " restarting into the same group now")  # fmt: skip
+            r = measure_restart(
+                partial(make_consumer, kind), bootstrap=bootstrap, topic=topic, group=group,
+                start=committed, probe=session.probe, work_us=s.work_us, tail_s=s.tail_s,
+                run_timeout_s=s.run_timeout_s, fresh_from_join=s.same_group,
+            )  # fmt: skip
+            if s.same_group:
+                meanwhile = r.backlog - (crashed_end - sum(committed))
+                say(f"{_INDENT}waited {format_duration(r.joined_s)} for its assignment;"
+                    f" {meanwhile:,} records produced meanwhile joined the backlog")  # fmt: skip
+            say(_INDENT + _summary(r))
+            return r
 
+        say(f"[6/7] Restart (a): plain confluent_kafka.Consumer, {s.work_us:g} us of work a record")
+        plain = restart(PLAIN, plain_group)
         say("[7/7] Restart (b): fastrebalance.Consumer(enable.parallel.rebalance=True), same work")
-        fast = measure(partial(make_consumer, FAST), group=fast_group)
-        say(_INDENT + _summary(fast))
+        fast = restart(FAST, fast_group)
 
         fresh.stop()
         if fresh.error is not None:
@@ -198,11 +279,20 @@ def _cells(name: str, plain: Any, fast: Any) -> list[str]:
     return cells
 
 
+#: --same-group's words for the rows whose meaning it changes
+_SAME_GROUP_LABELS = {
+    "backlog": "backlog at the assignment (records)",
+    "joined_s": "waited for its assignment",
+}
+
+
 def format_results(result: DemoResult) -> str:
     """The side-by-side table, its legend, and the verdict line."""
     p, f, s = result.plain, result.fast, result.settings
+    labels = _SAME_GROUP_LABELS if s.same_group else {}
     rows = [["", "plain", "fastrebalance", "plain/fast"]]
-    rows += [[label, *_cells(name, getattr(p, name), getattr(f, name))] for label, name in _ROWS]
+    rows += [[labels.get(name, label), *_cells(name, getattr(p, name), getattr(f, name))]
+             for label, name in _ROWS]  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [
         "  ".join([row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in (1, 2, 3)]).rstrip()
@@ -214,6 +304,11 @@ def format_results(result: DemoResult) -> str:
         " after it, and its latency runs from produce to delivery. plain/fast above 1:"
         f" fastrebalance was that many times faster. {s.work_us:g} us of work per record,"
         f" {s.rate:g} fresh records/s, {s.partitions} partitions, {result.cluster}.",
+        *([f"Same group: each restart waited for the SIGKILLed member's session timeout"
+           f" (session.timeout.ms={SESSION_TIMEOUT_MS}; Apache Kafka's default is"
+           f" {_DEFAULT_SESSION_TIMEOUT_MS}) before it got its partitions. The times include"
+           " that wait; the records produced during it count as backlog, fresh ones are"
+           " those produced after the assignment."] if s.same_group else []),
         *[f"note: {n}" for n in result.notes],
     ]
     for name, r in (("plain", p), ("fastrebalance", f)):
@@ -251,6 +346,7 @@ def add_command(commands: a.Commands) -> None:
 examples:
   fastrebalance demo
   fastrebalance demo --backlog 1000000 --partitions 8 --work-us 5
+  fastrebalance demo --same-group     # SIGKILL, then the wait for the session timeout
   fastrebalance demo --bootstrap-servers localhost:9092   # docker compose up -d --wait
 """,
     )
@@ -266,14 +362,24 @@ examples:
              "restart keeps reading after its backlog is delivered (default: {})")
     a.timeout(p, d.run_timeout_s, "give up on a restart after this long; undelivered records "
               "count as lost (default: {})")
+    p.add_argument("--same-group", action="store_true",
+                   help="SIGKILL a member of the restarted group itself (a process of its own) "
+                   "and restart into that group: each restart then waits for the dead "
+                   f"member's session timeout ({SESSION_TIMEOUT_MS} ms here, 45 s by default) "
+                   "before it gets its partitions. Without it the restarts use new groups "
+                   "holding the crashed group's offsets, and join at once")  # fmt: skip
     p.set_defaults(func=_command)
 
 
 def _command(args: argparse.Namespace) -> int:
-    same = ("backlog", "partitions", "rate", "work_us", "bootstrap_servers")
+    same = ("backlog", "partitions", "rate", "work_us", "bootstrap_servers", "same_group")
     settings = DemoSettings(**{k: getattr(args, k) for k in same}, tail_s=args.tail,
                             run_timeout_s=args.timeout)  # fmt: skip
     print("fastrebalance demo: KIP-333 faster rebalancing after a consumer crash\n", flush=True)
     result = run_demo(settings, out=lambda line: print(line, flush=True))
     print("\n" + format_results(result), flush=True)
     return a.EXIT_OK if result.lost == 0 else a.EXIT_CHECK_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main({"member": _member}))

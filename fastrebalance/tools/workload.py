@@ -97,7 +97,10 @@ class RunResult:
     partition. For fastrebalance these were produced between the restart and the moment
     it read the log end: they lie below where its primary starts, so its child delivers
     them with the backlog. With few fresh records in a run, they decide its p99.
-    ``child_alive`` is None for a plain consumer.
+    ``child_alive`` is None for a plain consumer. ``samples``: (produced at, latency) of
+    each fresh record counted in the statistics, seconds since the restart, oldest first;
+    empty unless asked for (``keep_samples``), since only ``bench --plot`` draws them and
+    they would fill every --json report.
     """
 
     backlog: int
@@ -117,6 +120,7 @@ class RunResult:
     errors: tuple[str, ...]
     child_alive: bool | None
     close_s: float
+    samples: tuple[tuple[float, float], ...] = ()
 
 
 def measure_restart(
@@ -133,6 +137,8 @@ def measure_restart(
     window_s: float | None = None,
     group_protocol: str = "classic",
     on_fresh: Callable[[float, float], None] | None = None,
+    keep_samples: bool = False,
+    fresh_from_join: bool = False,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -151,6 +157,13 @@ def measure_restart(
     ``window_s`` limits the fresh-latency statistics to records produced within that
     many seconds of the restart, so that runs of different lengths (a plain replay of
     a million records takes far longer than fastrebalance) compare the same records.
+
+    ``fresh_from_join``: the backlog ends, and fresh records begin, when the group assigns
+    the consumer its partitions rather than when it is built. After a crash into the same
+    group the restarted member waits for the dead one's session timeout first, and what
+    was produced meanwhile is backlog to it: counting those records as fresh would charge
+    the wait to the latency of whichever consumer comes next. Times still count from the
+    restart (``joined_s`` is the wait).
     """
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
@@ -161,6 +174,7 @@ def measure_restart(
     # seen[p][i] != 0 once offset start[p] + i was delivered: C-speed scans later.
     seen = [bytearray(max(0, e - s) + 4096) for s, e in zip(start, backlog_end, strict=True)]
     latencies: list[float] = []
+    samples: list[tuple[float, float]] = []
     delivered = duplicates = out_of_order = 0
     delivered_at_backlog_done = 0
     highest = [-1] * partitions  # highest offset delivered so far, per partition
@@ -177,8 +191,18 @@ def measure_restart(
     try:
 
         def on_assign(_consumer: Any, _partitions: Any) -> None:
+            nonlocal restart_wall, window_end, backlog, backlog_left, backlog_done_s
             if not joined:
                 joined.append(time.monotonic() - t0)
+                if fresh_from_join and delivered == 0:
+                    # the probe is this thread's own handle: asking it here is safe
+                    restart_wall = time.time()
+                    window_end = float("inf") if window_s is None else restart_wall + window_s
+                    backlog_end[:] = [high for _low, high in watermarks(probe, topic, partitions)]
+                    backlog = backlog_left = sum(
+                        max(0, e - s) for s, e in zip(start, backlog_end, strict=True)
+                    )
+                    backlog_done_s = 0.0 if backlog == 0 else None
 
         consumer.subscribe([topic], on_assign=on_assign)
         while True:
@@ -216,6 +240,8 @@ def measure_restart(
                         out_of_order += behind
                         if on_fresh is not None:
                             on_fresh(ts - restart_wall, now - ts)
+                        if keep_samples:
+                            samples.append((ts - restart_wall, now - ts))
                 if work_s:
                     busy(work_s)
             elapsed = time.monotonic() - t0
@@ -265,4 +291,5 @@ def measure_restart(
         errors=tuple(errors),
         child_alive=child_alive,
         close_s=close_s,
+        samples=tuple(sorted(samples)),
     )

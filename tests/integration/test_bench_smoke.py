@@ -7,6 +7,7 @@ watermarks, no record was lost, and the report comes out.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 from dataclasses import replace
@@ -26,8 +27,9 @@ from fastrebalance.tools.bench import (
     BenchSettings,
     format_markdown,
     run_bench,
+    write_plot,
 )
-from fastrebalance.tools.cli import EXIT_OK, EXIT_USAGE, main
+from fastrebalance.tools.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 from fastrebalance.tools.groupbench import main as group_main
 
 pytestmark = pytest.mark.integration
@@ -87,6 +89,51 @@ def test_bench_smoke(kafka_cluster: KafkaCluster) -> None:
         ),
     ):
         assert not broken.ok and why in format_markdown(broken, "broken"), why
+
+
+def test_bench_plot_draws_the_recovery_runs(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    settings = replace(SMOKE, scenarios=("recovery",), keep_samples=True)
+    result = run_bench(settings, cluster=kafka_cluster, out=None)
+    report = format_markdown(result, "fastrebalance bench --plot (smoke)")
+    assert result.ok, report
+    for run in result.recovery:
+        r = run.result
+        # one (produced at, latency) per fresh record counted, inside the window
+        assert len(r.samples) == r.fresh_records > 0, report
+        assert all(0 <= at < settings.duration_s and lat > 0 for at, lat in r.samples), report
+        assert max(lat for _, lat in r.samples) == pytest.approx(r.fresh_max_s), report
+
+    png = tmp_path / "recovery.png"
+    assert write_plot(result, str(png)) == str(png)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 400 and height >= 300, (width, height)
+    assert len(data) > 20_000  # axes, three series of points and their legend, not a blank
+
+    # without samples (a run not asked to keep them) there is nothing to draw
+    bare = replace(result, recovery=tuple(
+        replace(r, result=replace(r.result, samples=())) for r in result.recovery))  # fmt: skip
+    with pytest.raises(ValueError, match="no samples"):
+        write_plot(bare, str(tmp_path / "bare.png"))
+
+
+def test_cli_bench_plot_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    png = tmp_path / "x.png"
+    # refused before any cluster or run: a bootstrap that answers nothing proves it
+    argv = ["bench", "--scenario", "recovery", "--bootstrap-servers", "127.0.0.1:1",
+            "--plot", str(png)]  # fmt: skip
+    assert main(argv) == EXIT_ERROR
+    assert "pip install 'fastrebalance[plot]'" in capsys.readouterr().err
+    assert not png.exists()
+
+
+def test_cli_bench_plot_needs_the_recovery_scenario(capsys: pytest.CaptureFixture) -> None:
+    assert main(["bench", "--scenario", "steady", "--plot", "x.png"]) == EXIT_USAGE
+    assert "--plot draws the recovery scenario" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

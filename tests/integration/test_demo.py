@@ -7,11 +7,14 @@ deliver every record; fastrebalance must reach the first fresh record first.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.tools.cli import EXIT_OK, EXIT_USAGE, main
 from fastrebalance.tools.demo import DemoSettings, format_results, run_demo
+from fastrebalance.tools.workload import SESSION_TIMEOUT_MS
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +54,28 @@ def test_cli_demo_exits_zero(kafka_cluster: KafkaCluster, capsys: pytest.Capture
     assert main(argv) == EXIT_OK
     printed = capsys.readouterr().out
     assert "time to first fresh record" in printed
+    assert "lost: 0" in printed
+
+
+def test_demo_same_group_waits_for_the_session_timeout(
+    kafka_cluster: KafkaCluster, capsys: pytest.CaptureFixture
+) -> None:
+    # a SIGKILLed member never leaves its group: the restart into that group gets its
+    # partitions only after the dead member's session timeout (6 s in the demo)
+    argv = ["demo", "--same-group", "--backlog", "8000", "--work-us", "50", "--tail", "0.5"]
+    if kafka_cluster.kind != "embedded":
+        argv += ["--bootstrap-servers", kafka_cluster.bootstrap_servers]
+    assert main(argv) == EXIT_OK
+    printed = capsys.readouterr().out
+    waited = r"waited ([0-9.]+) s for its assignment; ([0-9,]+) records produced"
+    waits = re.findall(waited, printed)
+    assert len(waits) == 2, printed
+    for wait, meanwhile in waits:
+        assert float(wait) >= SESSION_TIMEOUT_MS / 1000 - 1, printed
+        # 100 fresh records/s kept coming during the wait: the backlog grew by them
+        assert int(meanwhile.replace(",", "")) >= 100, printed
+    assert "SIGKILLed" in printed and "session.timeout.ms=6000" in printed
+    assert "waited for its assignment" in printed  # the table's row
     assert "lost: 0" in printed
 
 
