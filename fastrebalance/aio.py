@@ -17,7 +17,7 @@ import concurrent.futures
 import contextlib
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic
 
 from confluent_kafka import Message, TopicPartition
 
@@ -38,17 +38,10 @@ from confluent_kafka.error import (
 )
 
 from ._consumer import CatchupStatus, Consumer
-from ._deserializing import decoded_async
+from ._deserializing import K, V, decoded_async
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-    from typing_extensions import TypeVar as DefaultTypeVar
-
-    K = DefaultTypeVar("K", default=Any)
-    V = DefaultTypeVar("V", default=Any)
-else:
-    K = TypeVar("K")
-    V = TypeVar("V")
 
 __all__ = ["AIOConsumer", "AsyncDeserializingConsumer"]
 
