@@ -85,7 +85,15 @@ def _value(kind: str, seq: int) -> bytes:
 def _produce(bootstrap: str, topic: str, partitions: int, count: int, kind: str) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
     for i in range(count):
-        p.produce(topic, value=_value(kind, i), partition=i % partitions)
+        while True:
+            try:
+                p.produce(topic, value=_value(kind, i), partition=i % partitions)
+                break
+            except BufferError:
+                # The queue fills when the broker lags, or while librdkafka's metadata briefly
+                # has fewer partitions than the topic (seen on a loaded machine: "partition
+                # count changed from 64 to 4"): wait for deliveries instead of failing the run.
+                p.poll(0.1)
         if i % 10_000 == 0:
             p.poll(0)
     if p.flush(60) != 0:

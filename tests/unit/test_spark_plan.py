@@ -138,16 +138,30 @@ def test_a_backlog_just_over_a_chunk_multiple_leaves_no_crumb_task() -> None:
     assert [s.size for s in plan_slices(start, end, chunk_size=200_000)] == [100_030]
 
 
-def test_small_live_spans_share_a_task_backlog_chunks_do_not() -> None:
+def test_live_spans_and_backlog_chunks_are_packed_apart_live_first() -> None:
     live = [Slice(T, p, 0, n, False) for p, n in enumerate([5, 7, 990, 3])]
-    chunks = [Slice(T, 0, 0, 1000, True), Slice(T, 1, 0, 400, True)]
+    chunks = [Slice(T, 0, 0, 600, True), Slice(T, 1, 0, 400, True), Slice(T, 2, 0, 1500, True)]
     assert pack_tasks(chunks[:1] + live + chunks[1:], 1000) == [
         (live[0], live[1]),
         (live[2], live[3]),
-        (chunks[0],),
-        (chunks[1],),
+        (chunks[0], chunks[1]),
+        (chunks[2],),  # larger than a task's budget: alone, never split here
     ]
     assert pack_tasks([], 10) == []
+
+
+def test_a_backlog_over_many_partitions_takes_as_many_tasks_as_reading_it_in_order() -> None:
+    # Issue 33: 2,000,000 records over 64 partitions, tasks of up to 150,000. Read in order,
+    # the 64 spans of 31,250 share 16 tasks; read as backlog, each chunk was a task of its
+    # own (64), and the drain took 3.4 times as long.
+    end = {(T, p): pos(31_250) for p in range(64)}
+    in_order = plan_slices({(T, p): pos(0) for p in range(64)}, end, 150_000)
+    backlog = plan_slices({(T, p): pos(31_250, (0, 31_250)) for p in range(64)}, end, 150_000)
+    assert all(s.catchup for s in backlog) and len(backlog) == 64
+    tasks = pack_tasks(backlog, 150_000)
+    assert len(tasks) == len(pack_tasks(in_order, 150_000)) == 16
+    assert [sum(s.size for s in t) for t in tasks] == [125_000] * 16
+    assert [s for t in tasks for s in t] == backlog
 
 
 def test_a_budget_below_one_chunk_per_partition_still_reaches_every_partition() -> None:
