@@ -526,21 +526,53 @@ class GroupCatchup:
         ]
         if not free:
             return
-        # the chunk right after the last one this member reads of its partition, if free:
-        # the child reads on into it (_advance_reading); else the first one the owner just
-        # offered (nobody else knows it yet: a member alone reads the backlog in one chain,
-        # with no restart where it would wrap around), else one at random, so that members
-        # starting together pick different chunks
-        ends = {(*k, (h.queue or h.chain)[-1][3]) for k, h in self._helped.items()
-                if h.queue or h.chain}  # fmt: skip
-        ck = next((c for c in free if c[:3] in ends), None)
-        if ck is None:
-            mine = [c for c in offered if c in free]
-            ck = mine[0] if mine else random.choice(free[:_PICK_AMONG])
+        ck = self._pick(free, offered)
         log.debug("claim %s", ck)
         self._claiming = ck
         self._claim_sent_at = now
         self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],)))
+
+    def _pick(self, free: list[ChunkKey], offered: list[ChunkKey]) -> ChunkKey:
+        """Which free chunk to claim.
+
+        1. A chunk of a partition no live member reads: every partition with a backlog gets
+           a reader before any gets two (free chunks come in offer order, one partition's
+           after another's: two members that both took the first of them read partition
+           0's 30,000 records while partition 1's got none, adversary of issue 32). The
+           first one this member just offered, if any (nobody else knows it yet: a member
+           alone reads its backlog in one chain, with no restart where it would wrap
+           around); else a random partition's.
+        2. The chunk right after the last one this member reads of a partition (of the
+           one it has the fewest chunks ahead of): the child reads on into it
+           (``_advance_reading``).
+        3. One of a partition with the fewest live readers, at random among its first
+           few, so that members starting together pick different chunks."""
+        readers: dict[Key, set[str]] = {}
+        for ck, holder, live in self._state.holdings():
+            if holder and live:
+                readers.setdefault(ck[:2], set()).add(holder)
+        for ck in self._held:
+            readers.setdefault(ck[:2], set()).add(self.member)
+        unread = [c for c in free if c[:2] not in readers]
+        if unread:
+            mine = [c for c in offered if c in unread]
+            if mine:
+                return mine[0]
+            part = random.choice(sorted({c[:2] for c in unread}))
+            return random.choice([c for c in unread if c[:2] == part][:_PICK_AMONG])
+        # following: the partition this member has the fewest chunks ahead of, so that
+        # partitions it reads side by side move alike (not partition 0 first, in offer order)
+        ahead = {k: len(h.queue) + len(h.chain) for k, h in self._helped.items()}
+        ends = {(*k, (h.queue or h.chain)[-1][3]) for k, h in self._helped.items()
+                if h.queue or h.chain}  # fmt: skip
+        follows = [c for c in free if c[:3] in ends]
+        if follows:
+            return min(follows, key=lambda c: ahead.get(c[:2], 0))
+        # else a partition with the fewest readers, at random among the first few of it
+        fewest = min(len(readers.get(c[:2], ())) for c in free)
+        parts = sorted({c[:2] for c in free if len(readers.get(c[:2], ())) == fewest})
+        part = random.choice(parts)
+        return random.choice([c for c in free if c[:2] == part][:_PICK_AMONG])
 
     def _publish_done(self, key: Key) -> None:
         h = self._helped.get(key)

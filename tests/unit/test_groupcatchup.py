@@ -514,3 +514,23 @@ def test_small_chunks_are_claimed_ahead_by_records_not_by_two(monkeypatch: Any) 
     for _ in range(12):
         a.tick()
     assert len(a.g._held) == 5  # 50 records ahead in chunks of 10
+
+
+def test_a_partition_nobody_reads_gets_a_reader_before_another_gets_two(
+    monkeypatch: Any,
+) -> None:
+    # adversary of issue 32 (s_starve): 2 members, 2 partitions of 30,000; free chunks come
+    # in offer order (partition 0's, then 1's), both members read partition 0's chunks and
+    # partition 1's backlog got none (0 of 30,000 in 7 s, 5 of 5 runs)
+    from fastrebalance import _groupcatchup
+
+    monkeypatch.setattr(_groupcatchup.random, "choice", lambda seq: seq[0])
+    a, b, _, _ = _team()
+    other = (KEY[0], 1)
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 40)]))), (other, Ledger(100, RangeSet([(0, 40)])))])
+    a.tick()  # offers both partitions' chunks, claims partition 0's first
+    for _ in range(3):
+        b.tick()
+    a.tick()  # its claim read back: won
+    assert {ck[:2] for ck in b.g._held} == {other}, b.g._held
+    assert {ck[:2] for ck in a.g._held} == {KEY}, a.g._held
