@@ -123,7 +123,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "catchup.enabled": ("true", "skip a restart backlog and read it in parallel"),
     "catchup.threshold": (
         str(DEFAULT_THRESHOLD),
-        "a partition's lag at restart (records) above which its backlog is skipped",
+        "the lag at restart (records, summed over the query's partitions) above which every"
+        " lagging partition's backlog is skipped",
     ),
     "catchup.maxOffsetsPerTrigger": (
         "(adaptive)",

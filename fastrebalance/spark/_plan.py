@@ -259,17 +259,25 @@ def pending_count(offset: Offset) -> int:
 def detect_restart(
     start: Offset, marks: Mapping[TopicPartitionKey, Marks], threshold: int
 ) -> dict[TopicPartitionKey, int]:
-    """The partitions whose lag exceeds ``threshold``, each with the log end to skip to.
+    """The partitions whose backlog a restart skips, each with the log end to skip to.
+
+    ``threshold`` is the restart's lag summed over the query's partitions, not one
+    partition's: the first fresh record waits behind the whole batch an in-order read would
+    plan, and 2,000,000 records delay it as much over 256 partitions (7,812 each) as over 8.
+    Past it, every lagging partition is skipped, so that the restart batch holds live records
+    only.
 
     The caller snapshots this once per query run (the first planning call after a restart), so
     that re-planning from the same logged start always skips to the same point.
     """
-    out: dict[TopicPartitionKey, int] = {}
+    ends: dict[TopicPartitionKey, int] = {}
+    total = 0
     for tp, pos in start.items():
         m = marks.get(tp)
-        if m is not None and m.high - max(pos.next, m.low) > threshold:
-            out[tp] = m.high
-    return out
+        if m is not None and m.high > max(pos.next, m.low):
+            ends[tp] = m.high
+            total += m.high - max(pos.next, m.low)
+    return ends if total > threshold else {}
 
 
 def allocate(

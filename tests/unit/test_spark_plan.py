@@ -189,18 +189,36 @@ def test_restart_skips_the_backlog_and_the_first_batch_is_live_only() -> None:
     start = {(T, 0): pos(70), (T, 1): pos(500)}
     marks = {(T, 0): Marks(0, 5000), (T, 1): Marks(0, 520)}
     ends = detect_restart(start, marks, threshold=100)
-    assert ends == {(T, 0): 5000}  # partition 1 lags 20: replayed in order
+    assert ends == {(T, 0): 5000, (T, 1): 520}  # the lag of both counts, both are skipped
     first = plan_end(start, marks, restart_ends=ends)
-    assert first.restarted == {(T, 0): (70, 5000)}
-    assert first.end == {(T, 0): pos(5000, (70, 5000)), (T, 1): pos(520)}
+    assert first.restarted == {(T, 0): (70, 5000), (T, 1): (500, 520)}
+    assert first.end == {(T, 0): pos(5000, (70, 5000)), (T, 1): pos(520, (500, 520))}
     assert not [s for s in plan_slices(start, first.end, 1000) if s.catchup]
 
     marks = {(T, 0): Marks(0, 5100), (T, 1): Marks(0, 530)}
     second = plan_end(first.end, marks, restart_ends=ends, catchup_budget=2000, chunk_size=1000)
     slices = plan_slices(first.end, second.end, 1000)
     assert slices[:2] == [Slice(T, 0, 5000, 5100, False), Slice(T, 1, 520, 530, False)]
-    assert [(s.start, s.end) for s in slices if s.catchup] == [(70, 1070), (1070, 2070)]
-    assert pending_count(second.end) == 4930 - 2000
+    assert sorted((s.partition, s.start, s.end) for s in slices if s.catchup) == [
+        (0, 70, 1060), (0, 1060, 2050), (1, 500, 520)  # 1,980 of 0 in two alike chunks
+    ]
+    assert pending_count(second.end) == 4950 - 2000
+
+
+def test_the_threshold_is_the_lag_of_the_whole_query() -> None:
+    """256 partitions lagging 7,812 each: no partition passes 10,000, the query's 2,000,000
+    records do, and the first fresh record would wait behind all of them."""
+    start = {(T, p): pos(0) for p in range(256)}
+    marks = {(T, p): Marks(0, 7812) for p in range(256)}
+    assert detect_restart(start, marks, threshold=10_000) == {tp: 7812 for tp in start}
+    # at or below the threshold in total: read in order, as Spark's Kafka source does
+    small = {(T, p): Marks(0, 39) for p in range(256)}  # 9,984 in all
+    assert detect_restart(start, small, threshold=10_000) == {}
+    # a partition with no lag (or retention past its position, counted from the log start)
+    marks[(T, 7)] = Marks(0, 0)
+    marks[(T, 8)] = Marks(9000, 9500)
+    ends = detect_restart(start, marks, threshold=10_000)
+    assert (T, 7) not in ends and ends[(T, 8)] == 9500
 
 
 def test_replanning_from_the_same_logged_start_skips_to_the_same_point() -> None:
