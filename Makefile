@@ -22,10 +22,10 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs/mkdocs.yml
 
-# Two pytest-xdist workers (tests/conftest.py says why and what never runs side by side),
+# Three pytest-xdist workers (tests/conftest.py says why and what never runs side by side),
 # then the tests marked alone, which load the machine themselves, in one process. WORKERS=0
 # runs everything in one process.
-WORKERS ?= 2
+WORKERS ?= 3
 XDIST := $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup)
 PYTEST := $(PY) -m pytest -q -ra --durations=15
 

@@ -92,6 +92,8 @@ _JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds*=off"
 #: 15-20 importing pyspark alone can take longer, and the query fails before the source
 #: ran. Such a life is reported apart, not as a failure of the source.
 _NO_START = "Python worker failed to connect back"
+#: The live producer's batching: at 200 records/s over 4 partitions, about 10 records a set.
+_LIVE_LINGER_MS = 200
 #: Partition and offset in one int: a soak holds a million of them.
 _SHIFT = 40
 
@@ -834,7 +836,12 @@ def _phase(
     ph.java_opts = java_opts
     cluster.create_topic(ph.topic, s.partitions)
     out(f"sparkchaos: {ph.label}: topic {ph.topic}, checkpoint {ph.checkpoint}")
-    producer = FreshProducer(bootstrap, partition_keys(ph.topic, s.partitions), s.rate)
+    # Batched: on the embedded cluster a log of single-record message sets reads slower the
+    # deeper it is (``FreshProducer``), and a run slowed by a loaded machine made its topic
+    # deeper still: a drain batch of 6,000 records took 60 s at offset 37,000 (load 11-25).
+    producer = FreshProducer(
+        bootstrap, partition_keys(ph.topic, s.partitions), s.rate, linger_ms=_LIVE_LINGER_MS
+    )
     producer.start()
     try:
         first = time.monotonic()

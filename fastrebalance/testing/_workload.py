@@ -184,10 +184,19 @@ class PacedProducer(abc.ABC):
 
 class FreshProducer(PacedProducer):
     """Fresh records (``encode_value("F", ...)``) round-robin over ``keys`` (partitions, of
-    one topic or several: ``partition_keys``)."""
+    one topic or several: ``partition_keys``).
 
-    def __init__(self, bootstrap: str, keys: Sequence[Key], rate: float) -> None:
-        conf = {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 0}
+    ``linger_ms`` 0 (the default) sends each record as it is due, for latency benchmarks. A
+    harness that runs long on the embedded cluster wants batches: librdkafka's mock finds a
+    fetch's offset by walking the partition's message sets one by one, so a log of
+    single-record sets reads ever slower the deeper it is (3,000 records at offset 27,000 of
+    single-record sets: 2.41 s; of 10-record sets: 0.11 s).
+    """
+
+    def __init__(
+        self, bootstrap: str, keys: Sequence[Key], rate: float, linger_ms: float = 0
+    ) -> None:
+        conf = {"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": linger_ms}
         super().__init__(conf, rate, "fresh-producer")
         self._keys = list(keys)
 
