@@ -62,6 +62,7 @@ from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
 from fastrebalance.testing._chaos_check import read_topic
+from fastrebalance.testing._sparkpython import worker_python
 from fastrebalance.testing._workload import FreshProducer, partition_keys, produce_backlog
 
 __all__ = [
@@ -252,7 +253,8 @@ def _driver(argv: list[str]) -> int:
     point, call_no, delay = [*args.die.split(":"), "", "0", "0"][:3] if args.die else ("", "0", "0")
     die_call, die_delay = int(call_no), float(delay)
     sink = Path(args.sink)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import fastrebalance
+    # workers import fastrebalance, and pyspark with its bytecode cached (_sparkpython)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ[_INITIAL_ENV] = json.dumps({"dir": str(sink.parent), "life": args.life})
 
     from pyspark.sql import SparkSession

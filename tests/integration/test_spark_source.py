@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fastrebalance.spark import register
+from fastrebalance.testing._sparkpython import worker_python
 
 from .helpers import recreate_topic
 
@@ -42,8 +42,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    # Python workers must run this interpreter: it is the one with fastrebalance installed.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Python workers must run this interpreter: it is the one with fastrebalance installed
+    # (and pyspark's cached bytecode: _sparkpython says why).
+    os.environ["PYSPARK_PYTHON"] = worker_python()
     session = (
         SparkSession.builder.master("local[2]")
         .appName("fastrebalance-tests")

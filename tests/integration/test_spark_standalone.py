@@ -17,7 +17,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from fastrebalance.testing._sparkchaos import (
     run_spark_chaos,
     session_members,
 )
+from fastrebalance.testing._sparkpython import worker_python
 
 pyspark = pytest.importorskip("pyspark", minversion="4.2")
 pytest.importorskip("pyarrow")
@@ -69,7 +69,7 @@ class StandaloneCluster:
             "SPARK_HOME": str(SPARK_HOME),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_DAEMON_MEMORY": "256m",
-            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_PYTHON": worker_python(),  # this interpreter (_sparkpython)
         }
         self.env = env
         self._start(
