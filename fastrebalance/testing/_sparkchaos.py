@@ -32,6 +32,13 @@ then it stops the traffic, **drains** with driver lives that are not killed, and
   crashes explain (a non-idempotent sink's extra copies) are counted, any other fails;
 * no driver life failed on its own (an exception in the query is reported with its log).
 
+``event_time=True`` (``_sparkevtime``) makes the query a watermarked count per event-time
+window over the live rows, with the backlog rows routed around it into the same sink; the
+sink then holds windows and backlog rows, and the record check gives way to a window check:
+every window Spark closed holds, live count plus backlog rows, every record of the topic
+whose timestamp falls in it. Under processingTime the live traffic runs on into the drain
+until its restart backlog is read, so that the drain, too, restarts behind the watermark.
+
 Thread ownership: ``FreshProducer``'s handle belongs to its thread; the check's consumer,
 and the admin client that reads log ends, to the thread that made them.
 """
@@ -52,7 +59,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +68,15 @@ from uuid import uuid4
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import TopicPartition
 
+from fastrebalance.spark._plan import decode_offset
 from fastrebalance.testing._chaos_check import read_topic
+from fastrebalance.testing._sparkevtime import (
+    WindowCheck,
+    bucket,
+    check_windows,
+    merge_live,
+    short_summary,
+)
 from fastrebalance.testing._sparkpython import worker_python
 from fastrebalance.testing._workload import FreshProducer, partition_keys, produce_backlog
 
@@ -146,6 +161,13 @@ class SparkChaosSettings:
     drain_timeout_s: float = 300.0
     bootstrap_servers: str | None = None  #: None: start an embedded cluster
     workdir: Path | None = None
+    #: the query counts live rows per event-time window under a watermark, backlog rows
+    #: routed around it; the check counts windows, not records (``_sparkevtime``)
+    event_time: bool = False
+    window_ms: int = 2_000
+    #: the watermark delay: above the live stream's disorder (producer to log, partitions
+    #: planned one after another), far below a restart's gap (a JVM start, the down time)
+    watermark_delay_ms: int = 2_000
 
 
 # ------------------------------------------------------------------------ the sink
@@ -158,6 +180,10 @@ class Attempt:
     call: int
     keys: frozenset[int]
     backlog: int  #: rows with ``catchup = true``
+    #: event time: the windows the watermarked count emitted, (start ms, count)
+    windows: tuple[tuple[int, int], ...] = ()
+    #: event time: each row's timestamp (ms) by key (the rows are the backlog's)
+    stamps: Mapping[int, int] = field(default_factory=dict, compare=False)
 
 
 def _attempt_name(batch: int, life: int, call: int) -> str:
@@ -173,17 +199,26 @@ def read_sink(folder: Path, topic: str, known: dict[str, Attempt] | None = None)
         lines = path.read_text().splitlines()
         head = json.loads(lines[0])
         keys, backlog = set(), 0
+        windows: list[tuple[int, int]] = []
+        stamps: dict[int, int] = {}
         for line in lines[1:]:
-            t, p, o, c = line.split()
+            if line.startswith("W "):  # event time: "W start count", a window the count emitted
+                _, start, n = line.split()
+                windows.append((int(start), int(n)))
+                continue
+            t, p, o, c, *ms = line.split()  # event time: the row's timestamp too
             if t != topic:
                 raise ValueError(f"{path}: a record of topic {t!r}, the query reads {topic!r}")
             keys.add(_key(int(p), int(o)))
             backlog += c == "1"
+            if ms:
+                stamps[_key(int(p), int(o))] = int(ms[0])
         if len(lines) - 1 != head["rows"]:
             raise ValueError(f"{path}: {len(lines) - 1} rows, its header says {head['rows']}")
         cache[path.name] = Attempt(
-            head["batch"], head["life"], head["call"], frozenset(keys), backlog
-        )
+            head["batch"], head["life"], head["call"], frozenset(keys), backlog,
+            tuple(windows), stamps,
+        )  # fmt: skip
     return sorted(cache.values(), key=lambda a: (a.batch, a.life, a.call))
 
 
@@ -249,6 +284,7 @@ def _driver(argv: list[str]) -> int:
     a.add_argument("--die", default="", help="POINT:CALL:DELAY_S, a point of the sink")
     a.add_argument("--java-opts", default="", help="more JVM options (the CDS archive)")
     a.add_argument("--option", action="append", default=[], help="KEY=VALUE")
+    a.add_argument("--event-time", default="", help="WINDOW_MS:DELAY_MS (_sparkevtime)")
     args = a.parse_args(argv)
     point, call_no, delay = [*args.die.split(":"), "", "0", "0"][:3] if args.die else ("", "0", "0")
     die_call, die_delay = int(call_no), float(delay)
@@ -290,11 +326,13 @@ def _driver(argv: list[str]) -> int:
                     _die(f"sink_read batch={batch_id} (during the read, {die_delay:.2f}s in)")
 
             threading.Thread(target=kill_mid_read, daemon=True).start()
-        table = df.select("topic", "partition", "offset", "catchup").toArrow()
+        names = ["topic", "partition", "offset", "catchup"]
+        names += ["ms", "n"] if args.event_time else []
+        table = df.select(*names).toArrow()
         read_done.set()
         if armed == "sink_read":
             _die(f"sink_read batch={batch_id} (the read ended within {die_delay:.2f}s)")
-        cols = [table.column(c).to_pylist() for c in ("topic", "partition", "offset", "catchup")]
+        cols = [table.column(c).to_pylist() for c in names]
         name = _attempt_name(batch_id, args.life, calls)
         tmp = sink / f".{name}"
         with open(tmp, "w") as f:
@@ -304,7 +342,13 @@ def _driver(argv: list[str]) -> int:
                 )
                 + "\n"
             )
-            f.writelines(f"{t} {p} {o} {int(c)}\n" for t, p, o, c in zip(*cols, strict=True))
+            if args.event_time:  # a window of the count (no topic), or a backlog row
+                f.writelines(
+                    f"W {ms} {n}\n" if t is None else f"{t} {p} {o} {int(c)} {ms}\n"
+                    for t, p, o, c, ms, n in zip(*cols, strict=True)
+                )
+            else:
+                f.writelines(f"{t} {p} {o} {int(c)}\n" for t, p, o, c in zip(*cols, strict=True))
             f.flush()
             os.fsync(f.fileno())
         if armed == "sink_write":
@@ -330,9 +374,14 @@ def _driver(argv: list[str]) -> int:
         "once": {"once": True},
         "availableNow": {"availableNow": True},
     }[args.trigger]
+    stream = reader.load()
+    if args.event_time:
+        from fastrebalance.testing._sparkevtime import event_time_query
+
+        width, delay = (int(x) for x in args.event_time.split(":"))
+        stream = event_time_query(stream, width, delay)
     query = (
-        reader.load()
-        .writeStream.foreachBatch(write)
+        stream.writeStream.foreachBatch(write)
         .option("checkpointLocation", args.checkpoint)
         .trigger(**trigger)
         .start()
@@ -479,6 +528,8 @@ class Phase:
             f"--java-opts={self.java_opts}",  # one word: it starts with a dash
         ]
         cmd += [x for k, v in self.s.options.items() for x in ("--option", f"{k}={v}")]
+        if self.s.event_time:
+            cmd += ["--event-time", f"{self.s.window_ms}:{self.s.watermark_delay_ms}"]
         if plan in _SELF_POINTS:
             first = sum(not x.no_start for x in self.lives[:-1]) < len(self.s.first_points)
             call = 1 if self.trigger == "once" or first else self.rng.randint(1, 3)
@@ -608,8 +659,23 @@ def _topic_keys(bootstrap: str, topic: str, ends: dict[int, int]) -> set[int]:
     """Every record's (partition, offset) in the topic below ``ends``, read with a plain
     consumer: the truth the sink is held against (its first offsets also tell what
     retention deleted, which a log-start offset may not)."""
+    return set(_topic_stamps(bootstrap, topic, ends))
+
+
+def _topic_stamps(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, int]:
+    """``_topic_keys`` with each record's timestamp (ms; the producer's CreateTime)."""
     found = read_topic(bootstrap, topic, ends, strict=True, timeout=300)
-    return {_key(m.partition(), m.offset()) for m in found}
+    return {_key(m.partition(), m.offset()): m.timestamp()[1] for m in found}
+
+
+def _batch_watermarks(checkpoint: Path) -> dict[int, int]:
+    """The event-time watermark each logged batch ran with (``batchWatermarkMs`` in its
+    offset log entry): the late-row filter and the windows it closed."""
+    out = {}
+    for name in _new_files(checkpoint / "offsets", set()):
+        meta = json.loads((checkpoint / "offsets" / name).read_text().splitlines()[1])
+        out[int(name)] = int(meta.get("batchWatermarkMs", 0))
+    return out
 
 
 def _query_start(folder: Path, topic: str) -> dict[int, int] | None:
@@ -656,6 +722,7 @@ class PhaseResult:
     no_start: int = 0  #: lives whose query Spark could not start (see _NO_START)
     #: the source's initialOffset() answers: (life, offsets/0 existed, offset per partition)
     initial: list[tuple[int, bool, dict[int, int]]] = field(default_factory=list)
+    windows: WindowCheck | None = None  #: event time: the count per window, checked
 
     @property
     def kills(self) -> int:
@@ -663,8 +730,14 @@ class PhaseResult:
 
     @property
     def ok(self) -> bool:
-        bad = ("replay_mismatch", "replay_without_crash", "written_twice", "in_two_batches")
-        return not (self.missing or self.failures or any(self.problems.get(k) for k in bad))
+        bad = ("replay_mismatch", "replay_without_crash", "written_twice", "in_two_batches",
+               "window_replay_mismatch", "window_emitted_twice", "retention")  # fmt: skip
+        return not (
+            self.missing
+            or self.failures
+            or any(self.problems.get(k) for k in bad)
+            or (self.windows is not None and not self.windows.ok)
+        )
 
 
 @dataclass
@@ -682,7 +755,8 @@ class SparkChaosResult:
 def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     r = PhaseResult(ph.trigger, ph.topic, ph.dir, ph.lives)
     ends = {p: high for p, (_, high) in _log_ends(ph.bootstrap, ph.topic, ph.s.partitions).items()}
-    present = _topic_keys(ph.bootstrap, ph.topic, ends)
+    stamps = _topic_stamps(ph.bootstrap, ph.topic, ends)
+    present = set(stamps)
     low = {p: high for p, high in ends.items()}
     for k in present:
         p, o = _split(k)
@@ -703,6 +777,9 @@ def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     r.in_topic, r.owed = len(present), len(owed) + len(gone)
     r.delivered = len(owed & sunk) + len(gone) - r.deleted_by_retention
     r.missing = sorted(_split(k) for k in owed - sunk)
+    if ph.s.event_time:  # the live rows are in the sink as counts, not records
+        r.missing = []
+        _check_windows(ph, r, attempts, {k: stamps[k] for k in owed}, gone)
     phantom = sorted(_split(k) for k in sunk - present if _split(k)[1] >= low[_split(k)[0]])
     if phantom:
         r.problems["phantom"] = [f"records in the sink, not in the topic: {phantom[:10]}"]
@@ -725,42 +802,134 @@ def _check(ph: Phase, start: dict[int, int] | None) -> PhaseResult:
     return r
 
 
+def _pending(offset: dict[str, Any], topic: str) -> int:
+    """Backlog records pending in ``topic`` at this offset."""
+    return sum(
+        b - a for tp, pos in decode_offset(offset).items() if tp[0] == topic for a, b in pos.pending
+    )
+
+
+def _check_windows(
+    ph: Phase, r: PhaseResult, attempts: list[Attempt], owed: dict[int, int], gone: list[int]
+) -> None:
+    """The event-time check (``_sparkevtime``): the topic's records per window against the
+    watermarked count's windows plus the backlog rows, for every closed window. The backlog
+    rows' own checks (replays, a record in two batches) are check_attempts', on their keys."""
+    s = ph.s
+    live = merge_live(attempts)
+    r.problems["window_replay_mismatch"] = live.replay_mismatch
+    r.problems["window_emitted_twice"] = live.emitted_twice
+    if gone:  # their timestamps are gone with them: the topic no longer says the full count
+        r.problems["retention"] = [
+            f"{len(gone)} records deleted before the check, e.g. {[_split(k) for k in gone[:3]]}"
+            ": their windows cannot be checked"
+        ]
+    marks = _batch_watermarks(ph.checkpoint)
+    last = _committed_offset(ph)
+    final = marks.get(last[0], 0) if last else 0
+    unread = _unread(last[1], ph.topic) if last else (lambda _key: True)
+    backlog: dict[int, int] = {}  # key -> timestamp, over every attempt (a replay: the same)
+    behind = 0
+    seen: set[int] = set()
+    for a in attempts:
+        if a.batch not in seen:
+            seen.add(a.batch)
+            behind += sum(ts < marks.get(a.batch, 0) for ts in a.stamps.values())
+        backlog.update(a.stamps)
+    counts = bucket(backlog.values(), s.window_ms)
+    expected = bucket(owed.values(), s.window_ms)
+    not_read = bucket((ts for k, ts in owed.items() if unread(k)), s.window_ms)
+    r.windows = check_windows(expected, live.counts, counts, s.window_ms, final, not_read)
+    r.windows.behind = behind
+
+
 # ------------------------------------------------------------------------- the run
 def _covered(ph: Phase, start: dict[int, int], ends: dict[int, int]) -> bool:
     sunk = set().union(*(a.keys for a in ph.attempts()))
     return all(_key(p, o) in sunk for p, end in ends.items() for o in range(start.get(p, 0), end))
 
 
+def _committed_offset(ph: Phase) -> tuple[int, dict[str, Any]] | None:
+    """The last committed batch and the source offset it ended at."""
+    done = _new_files(ph.checkpoint / "commits", set())
+    if not done:
+        return None
+    offset = json.loads((ph.checkpoint / "offsets" / done[-1]).read_text().splitlines()[2])
+    return int(done[-1]), offset
+
+
 def _caught_up(ph: Phase) -> bool:
     """The last committed batch ends at every log end with nothing pending (the offset JSON
     of docs/spark.md): the query will read nothing more, whatever the sink lacks."""
-    done = _new_files(ph.checkpoint / "commits", set())
-    if not done:
+    last = _committed_offset(ph)
+    if last is None:
         return False
-    offset = json.loads((ph.checkpoint / "offsets" / done[-1]).read_text().splitlines()[2])
+    offset = last[1]
     ends = _log_ends(ph.bootstrap, ph.topic, ph.s.partitions)
     return {int(p): v for p, v in offset[ph.topic].items()} == {p: e for p, (_, e) in ends.items()}
 
 
-def _drain(ph: Phase, start: dict[int, int]) -> None:
+def _unread(offset: dict[str, Any], topic: str) -> Callable[[int], bool]:
+    """Whether a record is one the query has not read by this offset: at or past a
+    partition's next offset, or in its pending backlog."""
+    where = {tp[1]: pos for tp, pos in decode_offset(offset).items() if tp[0] == topic}
+
+    def unread(key: int) -> bool:
+        p, o = _split(key)
+        pos = where.get(p)
+        return pos is None or o >= pos.next or any(a <= o < b for a, b in pos.pending)
+
+    return unread
+
+
+def _drain(ph: Phase, start: dict[int, int], producer: FreshProducer | None = None) -> None:
     """Driver lives that are not killed. Under processingTime, one that runs until the sink
     holds everything, the query has read to the end, or nothing new arrives for a while;
     under once and availableNow one run, which must read everything that was in the topic
     when it started: that is what these triggers are scheduled for (a once run that replays
-    an interrupted batch does only that, so then one more)."""
+    an interrupted batch does only that, so then one more).
+
+    ``producer`` (event time, processingTime): live traffic still running, so that the
+    drain's restart, too, reads live records first and moves the watermark past its
+    backlog. It is stopped once the drain committed the second batch it planned (the
+    restart batch, then one that ran with the watermark the restart batch set) or read the
+    backlog: the backlog then stays behind the watermark, and live traffic kept on for the
+    whole backlog (a loaded machine's batches take a minute or more) would outgrow the
+    embedded cluster's retention. The drain then reads to the end.
+    """
     s = ph.s
     if ph.trigger == "processingTime":
         ends = {p: high for p, (_, high) in _log_ends(ph.bootstrap, ph.topic, s.partitions).items()}
         done = threading.Event()
+        logged = _new_files(ph.checkpoint / "offsets", set())
+        planned = int(logged[-1]) if logged else -1  # replayed by the drain, not planned by it
 
         def watch() -> None:
-            last, count, stopping = time.monotonic(), -1, False
+            nonlocal ends
+            last, count, stopping, lives = time.monotonic(), -1, False, len(ph.lives)
+            live = producer is not None
             while not done.is_set():
                 n = len(ph.attempts())
-                if n != count:
-                    last, count = time.monotonic(), n
+                if n != count or len(ph.lives) != lives:  # a life Spark did not start is new
+                    last, count, lives = time.monotonic(), n, len(ph.lives)
+                if live and producer is not None:
+                    now = _committed_offset(ph)
+                    read = now is not None and (
+                        now[0] > planned + 1
+                        or (now[0] > planned and not _pending(now[1], ph.topic))
+                    )
+                    if read or time.monotonic() - last > s.drain_timeout_s:
+                        producer.stop()
+                        live = False
+                        ends = {p: e for p, (_, e) in _log_ends(
+                            ph.bootstrap, ph.topic, s.partitions).items()}  # fmt: skip
+                        why = f"batch {now[0]} committed" if now and read else "timeout"
+                        ph.out(f"  {ph.label} drain: live traffic stopped ({why})")
+                    else:
+                        done.wait(1.0)
+                        continue
                 stopping = stopping or (
-                    _covered(ph, start, ends)
+                    (not s.event_time and _covered(ph, start, ends))
                     or _caught_up(ph)
                     or time.monotonic() - last > s.drain_timeout_s
                 )
@@ -845,6 +1014,7 @@ def _phase(
         bootstrap, partition_keys(ph.topic, s.partitions), s.rate, linger_ms=_LIVE_LINGER_MS
     )
     producer.start()
+    live_drain = s.event_time and trigger == "processingTime"
     try:
         first = time.monotonic()
         while time.monotonic() < first + share_s or sum(x.crashed for x in ph.lives) < s.min_kills:
@@ -860,7 +1030,10 @@ def _phase(
                 out(f"  {ph.label} down: a burst of {n} records")
                 down -= time.monotonic() - t
             time.sleep(max(0.0, down))
-    finally:
+    except BaseException:
+        producer.stop()
+        raise
+    if not live_drain:
         producer.stop()
     # The drain is a restart too, with a backlog above catchup.threshold behind it.
     if produce_backlog(bootstrap, ph.topic, s.partitions, rng.randint(*s.burst)):
@@ -870,7 +1043,12 @@ def _phase(
         start = _query_start(ph.dir, ph.topic) or {
             p: high for p, (_, high) in _log_ends(bootstrap, ph.topic, s.partitions).items()
         }
-    _drain(ph, start)
+    try:
+        _drain(ph, start, producer if live_drain else None)
+    finally:
+        producer.stop()  # the handle is the producer thread's; stop() only joins it
+    if producer.error is not None:
+        raise RuntimeError(f"the live producer failed: {producer.error}")
     return _check(ph, start if s.starting_offsets == "latest" else None)
 
 
@@ -943,10 +1121,26 @@ def format_result(r: SparkChaosResult, command: str | None = None) -> str:
             + f"), killed {p.kills}"
             + (f", {p.no_start} not started by Spark ({_NO_START})" if p.no_start else ""),
             f"  records in topic {p.in_topic}, owed {p.owed}, in the sink {p.delivered},"
-            f" missing {len(p.missing)}, deleted by retention first {p.deleted_by_retention}",
+            f" missing {len(p.missing)}, deleted by retention first {p.deleted_by_retention}"
+            if p.windows is None
+            else f"  records in topic {p.in_topic}, owed {p.owed}; backlog rows in the sink"
+            f" {p.delivered} (the live rows are in it as counts per window)",
             f"  batches {p.batches}, attempts {p.attempts}, backlog rows {p.backlog_rows},"
             f" replays with crash duplicates {len(p.problems.get('crash_duplicates', []))}",
         ]
+        if p.windows is not None:
+            w = p.windows
+            lines.append(
+                f"  event time: windows of {w.width_ms} ms checked {w.checked} ({w.records}"
+                f" records: {w.live} counted live, {w.backlog} as backlog rows), short"
+                f" {len(w.short)}, over {len(w.over)}, still open {w.open}; backlog rows"
+                f" behind their batch's watermark {w.behind}"
+            )
+            if w.short:
+                lines.append("  SHORT: " + short_summary(w))
+            if w.over:
+                over = (f"{st} ({got} of {want})" for st, want, got in w.over[:5])
+                lines.append(f"  OVER ({len(w.over)}): " + ", ".join(over))
         if p.missing:
             by_part: dict[int, list[int]] = {}
             for part, off in p.missing:
