@@ -32,6 +32,7 @@ from fastrebalance.testing import (
 _SERIAL_GROUPS = {
     "spark": (
         "test_spark_chaos",
+        "test_spark_connect",
         "test_spark_reader",
         "test_spark_source",
         "test_spark_standalone",
