@@ -185,9 +185,9 @@ _SLOW_WORKER = "Python worker failed to connect back"
 
 def _until(start: Any, q: Any, done: Any, timeout: float = 120) -> Any:
     """Wait until ``done(q)``; a query that failed because Spark gave up on a slow Python
-    worker starts again from its checkpoint (at most twice: a restart is what the test is
+    worker starts again from its checkpoint (at most 4 times: a restart is what the test is
     about, and any other failure fails the test). Returns the query that got there."""
-    deadline, retries = time.monotonic() + timeout, 2
+    deadline, retries = time.monotonic() + timeout, 4
     while not done(q):
         if not q.isActive:
             error = str(q.exception())
