@@ -34,6 +34,7 @@ from fastrebalance.testing import (
 #: (and its Python workers) at a time.
 _SERIAL_GROUPS = {
     "spark": (
+        "test_spark_connect",
         "test_spark_reader",
         "test_spark_source",
         "test_spark_standalone",
