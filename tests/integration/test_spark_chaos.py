@@ -76,6 +76,7 @@ def runs(kafka_cluster) -> Iterator[dict[str, SparkChaosResult]]:
             duration_s=0, seed=seed, min_kills=1, triggers=("processingTime",),
             starting_offsets="latest", first_points=("sink_done",), rate=500,
         ),
+        "event_time": _event_time_settings(seed),
     }  # fmt: skip
     out: dict[str, SparkChaosResult | BaseException] = {}
 
