@@ -23,22 +23,26 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs/mkdocs.yml
 
 # Three pytest-xdist workers (tests/conftest.py says why and what never runs side by side),
-# then the tests marked alone, which load the machine themselves, in one process. WORKERS=0
-# runs everything in one process.
+# then the tests marked alone, which load the machine themselves, after them (see suite).
+# WORKERS=0 runs everything in one process.
 WORKERS ?= 3
 XDIST := $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup)
 PYTEST := $(PY) -m pytest -q -ra --durations=15
 
-# $(1): a marker expression (empty: every test), $(2): paths. Both runs happen; the recipe
-# fails if either did (pytest's 5, "no test selected", is not a failure here).
+# $(1): a marker expression (empty: every test), $(2): paths, $(3): pytest-xdist options for
+# the tests marked alone (none: one at a time, each with its two busy processes; with them,
+# side by side with one each, so that the machine carries the two busy processes each slice
+# was written for). Both runs happen; the recipe fails if either did (pytest's 5, "no test
+# selected", is not a failure here).
 define suite
 	@$(PYTEST) $(XDIST) -m "not alone$(if $(1), and ($(1)))" $(2); a=$$?; \
-	$(PYTEST) -m "alone$(if $(1), and ($(1)))" $(2); b=$$?; \
+	$(if $(3),FASTREBALANCE_CHAOS_HOGS=1 )$(PYTEST) $(3) -m "alone$(if $(1), and ($(1)))" $(2); b=$$?; \
 	for rc in $$a $$b; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
 endef
 
+# make test selects both chaos slices marked alone (179 s one after the other).
 test: $(STAMP) lint
-	$(call suite,,)
+	$(call suite,,,$(if $(filter 0,$(WORKERS)),,-n 2 --dist loadgroup))
 
 # The suite's broker-facing part against a real Apache Kafka started from a local distribution
 # (its kafka-up/kafka-down scripts, as in ../shared/kafka), stopped and wiped afterwards; tests
