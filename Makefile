@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: demo test test-kafka test-kafka4 _suite lint docs clean
 
+# --no-compile: byte-compiling every installed module (pyspark's thousands) took 33 of the
+# install's 66 s; Python compiles what it imports, once, on first use.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,spark,prometheus,otel,schemaregistry,plot]'
+	$(PY) -m pip install --quiet --no-compile -e '.[test,docs,spark,prometheus,otel,schemaregistry,plot]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 demo: $(STAMP)
@@ -22,12 +24,16 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict -f docs/mkdocs/mkdocs.yml
 
-# Three pytest-xdist workers (tests/conftest.py says why and what never runs side by side),
+# Four pytest-xdist workers (tests/conftest.py says why and what never runs side by side),
 # then the tests marked alone, which load the machine themselves, after them (see suite).
 # WORKERS=0 runs everything in one process.
-WORKERS ?= 3
+WORKERS ?= 4
 XDIST := $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup)
 PYTEST := $(PY) -m pytest -q -ra --durations=15
+
+#: The modules of the tests marked alone: their run collects only these (collecting the whole
+#: suite again, Spark modules included, took each of its workers ~20 s).
+ALONE_FILES := $(shell grep -rl 'pytest.mark.alone' tests --include='test_*.py')
 
 # $(1): a marker expression (empty: every test), $(2): paths, $(3): pytest-xdist options for
 # the tests marked alone (none: one at a time, each with its two busy processes; with them,
@@ -36,7 +42,8 @@ PYTEST := $(PY) -m pytest -q -ra --durations=15
 # selected", is not a failure here).
 define suite
 	@$(PYTEST) $(XDIST) -m "not alone$(if $(1), and ($(1)))" $(2); a=$$?; \
-	$(if $(3),FASTREBALANCE_CHAOS_HOGS=1 )$(PYTEST) $(3) -m "alone$(if $(1), and ($(1)))" $(2); b=$$?; \
+	$(if $(3),FASTREBALANCE_CHAOS_HOGS=1 )$(PYTEST) $(3) -m "alone$(if $(1), and ($(1)))" \
+		$(filter $(2)%,$(ALONE_FILES)); b=$$?; \
 	for rc in $$a $$b; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
 endef
 

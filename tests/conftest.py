@@ -3,15 +3,17 @@
 The cluster is whatever ``open_test_cluster()`` picks (embedded unless the environment says
 otherwise); unique names let tests share it without seeing each other's records or groups.
 
-The Makefile runs the suite on three pytest-xdist workers (``-n 3 --dist loadgroup``): each
+The Makefile runs the suite on four pytest-xdist workers (``-n 4 --dist loadgroup``): each
 worker is a session of its own, with its own embedded cluster (a real broker is shared:
 names are unique). Most of the suite waits on Kafka (session timeouts, rebalances, commit
-round trips): on two cores, two workers kept the CPU about 30% busy (user and system time
-over wall time, 742 s of wall for 1,369 s of tests), so a third shortens the run without
-starving it. A module stays on one worker (its module-scoped Spark session or broker is made
-once). The Spark modules run one at a time: on two cores they are CPU-bound, and side by
+round trips): on two cores, three workers kept the CPU about half busy (``make test``: 720 s
+of user and system time in 765 s of wall), and a fourth took the part run on workers from
+679 s to 582 s (both beside the same other Spark job, load average about 9). A module
+stays on one worker (its module-scoped Spark session or broker is made once). The Spark
+modules run one at a time: on two cores they are CPU-bound, and side by
 side they only slowed each other (the crash harness's module beside the others took 438 s
-instead of 177 s alone, the standalone cluster's test 246 s instead of 44 s). The tests
+instead of 177 s alone, the standalone cluster's test 246 s instead of 44 s); the crash
+harness runs on a real broker only (its module says why). The tests
 marked ``alone`` load the machine themselves (chaos slices with two CPU hogs for their
 whole run): the Makefile runs them after the others, with nothing else beside them but
 what they start (``make test`` runs its two side by side, with one busy process each).

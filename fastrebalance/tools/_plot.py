@@ -1,6 +1,7 @@
-"""The picture behind ``fastrebalance bench --plot``: every fresh record's latency against
+"""The pictures behind ``fastrebalance bench --plot`` (every fresh record's latency against
 the moment it was produced after the restart, one panel per backlog size, each consumer of
-the same run as its own series.
+the same run as its own series) and ``fastrebalance bench-spark --plot`` (records in the
+sink over time after a restart, backlog and live, each mode as its own line).
 
 Why a picture beside the tables: a p99 says how long the worst 1 % waited, not when. A
 plain consumer's fresh records wait behind its replay, so their latency falls along a
@@ -121,3 +122,51 @@ def _draw_panel(ax: Any, panel: Panel) -> None:
     # below the panel: inside, it hid the points of the first seconds, which matter most
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="x-small",
               markerscale=2.5, frameon=False)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A count over time: (seconds, count) points, drawn as steps (a sink grows by
+    batches), and the label of its legend."""
+
+    label: str
+    points: Sequence[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class CurvePanel:
+    title: str
+    ylabel: str
+    curves: Sequence[Curve]
+
+
+def draw_curves(panels: Sequence[CurvePanel], path: str, title: str, xlabel: str) -> str:
+    """Write ``panels`` side by side as a PNG at ``path`` and return ``path``. The panels
+    share the x axis; a label keeps its colour in every panel."""
+    if not panels or not any(c.points for p in panels for c in p.curves):
+        raise ValueError("nothing to plot: no curve has a point")
+    require_matplotlib()
+    import matplotlib.pyplot as plt
+
+    labels = list(dict.fromkeys(c.label for p in panels for c in p.curves))
+    colour = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.6 * len(panels), 4.2), sharex=True, squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    try:
+        for ax, panel in zip(axes.flat, panels, strict=True):
+            for c in panel.curves:
+                x = [0.0, *(t for t, _ in c.points)]
+                y = [0.0, *(n for _, n in c.points)]
+                ax.step(x, y, where="post", color=colour[c.label], label=c.label, alpha=0.8)
+            ax.set_title(panel.title, fontsize="medium")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(panel.ylabel)
+            ax.grid(True, alpha=0.3)
+            ax.legend(loc="lower right", fontsize="x-small")
+        fig.suptitle(title)
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return path

@@ -24,8 +24,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, Producer
@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, Producer
 from ..testing._chaos_check import percentiles
 from ..testing._workload import PacedProducer, watermarks
 from . import _args as a
+from ._plot import Curve, CurvePanel
 from ._runner import Session, div, md_table, median, ratio
 
 MODES: dict[str, dict[str, str]] = {
@@ -75,6 +76,9 @@ class Result:
     worst_fresh_age_s: float
     restart_batch_s: float
     drain_batches: list[float]  #: the duration of each batch that carried backlog records
+    #: after each batch of the restart: (seconds from it, backlog records, live records) in
+    #: the sink, what --plot draws
+    sink: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 def _value(kind: str, seq: int) -> bytes:
@@ -205,7 +209,32 @@ def run_mode(
     during = [b for b in live_batches if b.at - restart_wall <= drained_s + 1e-9]
     worst = max(b.at - b.kinds["fresh"][1] / 1000 for b in during or live_batches[:1])
     restart_batch_s = durations.get(after[0].id, math.nan)
-    return Result(first_fresh.at - restart_wall, drained_s, worst, restart_batch_s, drain_batches)
+    return Result(first_fresh.at - restart_wall, drained_s, worst, restart_batch_s,
+                  drain_batches, sink_over_time(after, restart_wall))  # fmt: skip
+
+
+def sink_over_time(batches: Sequence[Batch], since: float) -> list[tuple[float, int, int]]:
+    """The backlog and live records in the sink after each batch, cumulated: where a table
+    gives the moment the backlog was in, this shows how each mode got there (batches of
+    backlog beside live ones, or one long batch of everything)."""
+    points, backlog, live = [], 0, 0
+    for b in sorted(batches, key=lambda b: b.at):
+        backlog += b.count("backlog")
+        live += b.count("fresh")
+        points.append((b.at - since, backlog, live))
+    return points
+
+
+def sink_panels(runs: Mapping[str, Sequence[Result]]) -> list[CurvePanel]:
+    """What --plot draws: each mode's first measured run (a run, not a blend of runs: its
+    points belong together), backlog and live records in two panels."""
+    first = {mode: rs[0] for mode, rs in runs.items() if rs}
+    return [
+        CurvePanel("backlog records in the sink", "records",
+                   [Curve(m, [(t, b) for t, b, _ in r.sink]) for m, r in first.items()]),
+        CurvePanel("live records in the sink", "records",
+                   [Curve(m, [(t, f) for t, _, f in r.sink]) for m, r in first.items()]),
+    ]  # fmt: skip
 
 
 def _spread(values: Iterable[float]) -> str:
@@ -369,6 +398,7 @@ examples:
   fastrebalance bench-spark --backlog 500000 --repeat 3
   fastrebalance bench-spark --backlog 500000 --repeat 3 --modes catchup,catchup-25k-tasks,plain
   fastrebalance bench-spark --scale 4,1000 --seconds 60 --repeat 2
+  fastrebalance bench-spark --backlog 2000000 --partitions 8 --modes catchup,plain --plot sink.png
 """,
     )
     a.option(p, "--backlog", 500_000, a.number(int, 1), "N",
@@ -383,10 +413,22 @@ examples:
     a.option(p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run "
              "(default: {})")
     a.bootstrap_servers(p, "a running broker (default: an embedded one)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw the backlog and live records in the sink over time after "
+                   "the restart, each mode's first run, as a PNG (not with --scale; needs "
+                   "matplotlib: pip install 'fastrebalance[plot]')")  # fmt: skip
     p.set_defaults(func=_command)
 
 
 def _command(args: argparse.Namespace) -> int:
+    if args.plot:
+        if args.scale:
+            print("fastrebalance bench-spark: --plot draws the restart runs, not --scale",
+                  file=sys.stderr)  # fmt: skip
+            return a.EXIT_USAGE
+        from ._plot import require_matplotlib
+
+        require_matplotlib()  # now, not after minutes of runs
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -438,6 +480,13 @@ def _command(args: argparse.Namespace) -> int:
         rows = [_row(m, rs, runs.get(BASELINE, [])) for m, rs in runs.items()]
         header = HEADER
     print("\n".join(md_table(header, rows, left=len(header))))
+    if args.plot and not sizes:
+        from ._plot import draw_curves
+
+        title = (f"Restart with {args.backlog:,} backlog records over {args.partitions}"
+                 f" partitions, {args.rate:g} live records/s")  # fmt: skip
+        path = draw_curves(sink_panels(runs), args.plot, title, "seconds after the restart")
+        print(f"sink plot: {path}", flush=True)
     return a.EXIT_OK
 
 
