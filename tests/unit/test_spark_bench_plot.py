@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastrebalance.tools.cli import main
+from fastrebalance.tools.cli import EXIT_ERROR, EXIT_USAGE, main
 from fastrebalance.tools.spark_bench import Batch, Result, sink_over_time, sink_panels
 
 
@@ -75,12 +75,12 @@ def test_plot_without_matplotlib_names_the_extra_before_any_run(
     png = tmp_path / "x.png"
     # refused before Spark or a cluster: a bootstrap that answers nothing proves it
     argv = ["bench-spark", "--bootstrap-servers", "127.0.0.1:1", "--plot", str(png)]
-    assert main(argv) == 3
+    assert main(argv) == EXIT_ERROR
     assert "pip install 'fastrebalance[plot]'" in capsys.readouterr().err
     assert not png.exists()
 
 
 def test_plot_is_refused_with_scale(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     argv = ["bench-spark", "--scale", "4", "--plot", str(tmp_path / "x.png")]
-    assert main(argv) == 2
+    assert main(argv) == EXIT_USAGE
     assert "--plot draws the restart runs" in capsys.readouterr().err
