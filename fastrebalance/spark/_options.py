@@ -30,13 +30,19 @@ DEFAULT_THRESHOLD = 10_000
 DEFAULT_CHUNK_SIZE = 150_000
 #: Backlog records in the first batch that reads backlog, when catchup.maxOffsetsPerTrigger is
 #: not set; later batches are sized by duration (DEFAULT_TARGET_BATCH_MS). Nothing has been
-#: measured yet at that point, so it is a guess: about the target's worth on a 2-core machine
-#: with a light job. Much smaller wastes batches (each has a fixed cost of about a second:
-#: with 100,000 the drain took twice as long as reading the backlog in order).
+#: measured yet at that point, so it is a guess: 6-10 s on a 2-core machine with a job that
+#: writes and aggregates each batch, under the target on purpose (the guess may be far off for
+#: a heavier job, and the batch after it is sized from what this one cost). Much smaller
+#: wastes batches (each has a fixed cost of a second or more: with 100,000 the drain took
+#: twice as long as reading the backlog in order).
 FIRST_CATCHUP_BUDGET = 500_000
 #: What the adaptive backlog budget aims a batch at: long enough that a batch's fixed cost is
 #: a small share of it, short enough that the live records sharing it stay reasonably fresh.
-DEFAULT_TARGET_BATCH_MS = 10_000
+#: A job that writes each batch and aggregates it paid about 3 s a batch beyond its records
+#: (two Spark jobs, the commit, the next plan), and at 10 s a 2,000,000-record backlog over 8
+#: partitions took 4 backlog batches and 1.3-1.7x the in-order read; at 20 s, 2 batches and
+#: 1.14x (issue 33, docs/spark.md).
+DEFAULT_TARGET_BATCH_MS = 20_000
 #: How long cached watermarks are trusted: latestOffset() is called every ~10 ms while idle.
 DEFAULT_WATERMARK_CACHE_MS = 100
 #: How long the first batch after a restart may wait for a live record (see _source.py).

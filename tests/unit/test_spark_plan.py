@@ -23,6 +23,7 @@ from fastrebalance.spark._plan import (
     PartitionPosition,
     Slice,
     allocate,
+    balance,
     decode_offset,
     detect_restart,
     encode_offset,
@@ -139,18 +140,22 @@ def test_a_backlog_just_over_a_chunk_multiple_leaves_no_crumb_task() -> None:
 
 
 def test_live_spans_and_backlog_chunks_are_packed_apart_live_first() -> None:
-    live = [Slice(T, p, 0, n, False) for p, n in enumerate([5, 7, 990, 3])]
+    live = [Slice(T, p, 0, n, False) for p, n in enumerate([5, 7, 990, 3, 1500])]
     chunks = [Slice(T, 0, 0, 600, True), Slice(T, 1, 0, 400, True), Slice(T, 2, 0, 1500, True)]
     assert pack_tasks(chunks[:1] + live + chunks[1:], 1000) == [
         (live[0], live[1]),
         (live[2], live[3]),
-        (chunks[0], chunks[1]),
-        (chunks[2],),  # larger than a task's budget: alone, never split here
+        (live[4],),  # a live span larger than a task's budget: alone, never split here
+        # 2,500 backlog records: 4 equal tasks (3 would leave one alone on 2 cores)
+        (Slice(T, 0, 0, 600, True), Slice(T, 1, 0, 25, True)),
+        (Slice(T, 1, 25, 400, True), Slice(T, 2, 0, 250, True)),
+        (Slice(T, 2, 250, 875, True),),
+        (Slice(T, 2, 875, 1500, True),),
     ]
     assert pack_tasks([], 10) == []
 
 
-def test_a_backlog_over_many_partitions_takes_as_many_tasks_as_reading_it_in_order() -> None:
+def test_a_backlog_over_many_partitions_takes_no_more_tasks_than_reading_it_in_order() -> None:
     # Issue 33: 2,000,000 records over 64 partitions, tasks of up to 150,000. Read in order,
     # the 64 spans of 31,250 share 16 tasks; read as backlog, each chunk was a task of its
     # own (64), and the drain took 3.4 times as long.
@@ -159,9 +164,52 @@ def test_a_backlog_over_many_partitions_takes_as_many_tasks_as_reading_it_in_ord
     backlog = plan_slices({(T, p): pos(31_250, (0, 31_250)) for p in range(64)}, end, 150_000)
     assert all(s.catchup for s in backlog) and len(backlog) == 64
     tasks = pack_tasks(backlog, 150_000)
-    assert len(tasks) == len(pack_tasks(in_order, 150_000)) == 16
-    assert [sum(s.size for s in t) for t in tasks] == [125_000] * 16
-    assert [s for t in tasks for s in t] == backlog
+    assert len(tasks) == 14 <= len(pack_tasks(in_order, 150_000)) == 16
+    assert {sum(s.size for s in t) for t in tasks} == {142_857, 142_858}
+    assert _offsets(tasks) == _offsets([backlog])
+
+
+def test_a_backlog_batch_over_8_partitions_keeps_both_cores_busy_to_its_end() -> None:
+    # Issue 33: the first backlog batch of a 2,000,000-record restart over 8 partitions
+    # drains 500,000 records, one chunk of 150,000 per partition per round: packed whole,
+    # 150k, 150k, 150k and 50k, so one of 2 cores read 300,000 and the batch (4 of them in
+    # the drain) took a third longer than its records needed.
+    start = {(T, p): pos(250_000, (0, 250_000)) for p in range(8)}
+    marks = {(T, p): Marks(0, 250_000) for p in range(8)}
+    end = plan_end(start, marks, catchup_budget=500_000, chunk_size=150_000).end
+    slices = plan_slices(start, end, 150_000)
+    assert sorted(s.size for s in slices) == [50_000, 150_000, 150_000, 150_000]
+    tasks = pack_tasks(slices, 150_000)
+    assert [sum(s.size for s in t) for t in tasks] == [125_000] * 4
+    assert _offsets(tasks) == _offsets([slices])
+
+
+def _offsets(tasks: list[tuple[Slice, ...]] | list[list[Slice]]) -> list[tuple[str, int, int]]:
+    return sorted(
+        (s.topic, s.partition, o) for t in tasks for s in t for o in range(s.start, s.end)
+    )
+
+
+@given(
+    st.lists(st.integers(1, 400), min_size=1, max_size=12),
+    st.integers(1, 500),
+)
+def test_backlog_tasks_are_even_in_number_equal_in_size_and_cover_each_offset_once(
+    sizes: list[int], max_records: int
+) -> None:
+    backlog = [Slice(T, p, 1000, 1000 + n, True) for p, n in enumerate(sizes)]
+    tasks = balance(backlog, max_records)
+    loads = [sum(s.size for s in t) for t in tasks]
+    total = sum(sizes)
+    assert max(loads) <= max_records and max(loads) - min(loads) <= 1
+    assert len(tasks) == -(-total // max_records) or len(tasks) % 2 == 0
+    assert len(tasks) <= -(-total // max_records) + 1
+    assert len(tasks) % 2 == 0 or total <= max_records // 2 or len(tasks) == total
+    assert _offsets(tasks) == _offsets([backlog])
+    # in order: each task reads on from where the one before stopped
+    flat = [s for t in tasks for s in t]
+    assert all(s.size > 0 and s.catchup for s in flat)
+    assert [(s.partition, s.start) for s in flat] == sorted((s.partition, s.start) for s in flat)
 
 
 def test_a_budget_below_one_chunk_per_partition_still_reaches_every_partition() -> None:
@@ -691,7 +739,9 @@ def _timed_reader(
     clock = [1000.0]
     monkeypatch.setattr(_stream.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(_stream, "_wall_clock", lambda: wall_start + clock[0] - 1000.0)
-    reader, kafka = make_reader(highs, **{"catchup.chunkSize": "100000", **options})
+    # the numbers of the tests below aim at 10 s a batch (the default is 20 s)
+    base = {"catchup.chunkSize": "100000", "catchup.targetBatchDurationMs": "10000"}
+    reader, kafka = make_reader(highs, **{**base, **options})
     kafka.live = 10  # a live record comes while the restart batch waits: it is live only
 
     def drained(start: dict, seconds: float) -> tuple[dict, int]:
