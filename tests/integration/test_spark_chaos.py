@@ -17,7 +17,7 @@ the counts.
 The seed is printed (``FASTREBALANCE_SPARKCHAOS_SEED`` replays one). Long runs and the soak:
 ``fastrebalance chaos-spark`` (docs/reliability.md).
 
-It runs against a real broker only (CI's Apache Kafka 4 pass, or any cluster named by
+It runs against a real broker only (CI's Apache Kafka 3.9 pass, or any cluster named by
 ``FASTREBALANCE_TEST_BOOTSTRAP``). On the embedded cluster it was the longest link of ``make
 test``'s serial Spark chain (201 s on a quiet machine, 430 s beside the other workers), which
 kept ``make test`` over its 12 minutes; on the embedded cluster the same run is
@@ -47,10 +47,7 @@ from fastrebalance.testing._sparkchaos import (
     session_members,
 )
 
-#: kafka4_pass: CI runs it in the Kafka 4 pass, beside a few dozen tests, not in the Kafka 3.9
-#: pass beside the whole suite (see the Makefile); any broker named by
-#: FASTREBALANCE_TEST_BOOTSTRAP runs it.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.kafka4_pass]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 KILLS = 2
 
@@ -77,7 +74,7 @@ def runs(kafka_cluster) -> Iterator[dict[str, SparkChaosResult]]:
     outlive pytest's rotation of its base temp: they are the reproduction of a failure."""
     if kafka_cluster.kind == "embedded":
         pytest.skip(
-            "the Spark crash harness runs on a real broker (make test-kafka4, CI's Kafka 4 "
+            "the Spark crash harness runs on a real broker (make test-kafka, CI's Kafka 3.9 "
             "pass); on the embedded cluster: fastrebalance chaos-spark"
         )
     env = os.environ.get("FASTREBALANCE_SPARKCHAOS_SEED")
