@@ -18,10 +18,11 @@ from fastrebalance.tools.workload import SESSION_TIMEOUT_MS
 
 pytestmark = pytest.mark.integration
 
-# 50 us/record makes the plain replay of 20k records take ~1 s, far more than the
-# ~0.1 s fastrebalance needs to its first fresh record, so the order cannot flip on
-# a noisy machine; a short tail keeps each demo at a few seconds.
-SMALL = DemoSettings(backlog=20_000, partitions=4, rate=100, work_us=50, tail_s=0.5)
+# 200 us/record makes the plain replay of 20k records take ~4 s, far more than the ~0.1-0.5 s
+# fastrebalance needs to its first fresh record, so the order cannot flip on a noisy machine
+# (at 50 us, ~1 s, a loaded Kafka 3.9 pass saw plain first: 391 ms against 430 ms, stop 40);
+# a short tail keeps each demo at a few seconds.
+SMALL = DemoSettings(backlog=20_000, partitions=4, rate=100, work_us=200, tail_s=0.5)
 
 
 def test_demo_fresh_records_first_and_nothing_lost(kafka_cluster: KafkaCluster) -> None:
