@@ -40,8 +40,8 @@ FIRST_CATCHUP_BUDGET = 500_000
 #: a small share of it, short enough that the live records sharing it stay reasonably fresh.
 #: A job that writes each batch and aggregates it paid about 3 s a batch beyond its records
 #: (two Spark jobs, the commit, the next plan), and at 10 s a 2,000,000-record backlog over 8
-#: partitions took 4 backlog batches and 1.3-1.7x the in-order read; at 20 s, 2 batches and
-#: 1.14x (issue 33, docs/spark.md).
+#: partitions took 4 backlog batches and 1.56-1.66x the in-order read; at 20 s, 2 batches and
+#: 1.14-1.48x (two runs each on a quiet machine; issue 33, docs/spark.md).
 DEFAULT_TARGET_BATCH_MS = 20_000
 #: How long cached watermarks are trusted: latestOffset() is called every ~10 ms while idle.
 DEFAULT_WATERMARK_CACHE_MS = 100
