@@ -336,8 +336,15 @@ def test_retention_while_the_child_reads_is_reported_and_skipped(
     plain_commit(bs, unique_group, topic, 0, None)  # crashed at 0, end 20000
     errors: list[KafkaError] = []
     # a short prefetch queue: the child must not have fetched the whole range already
-    # (the mock answers every fetch with ~1 MB whatever fetch.max.bytes says)
-    small = {"queued.max.messages.kbytes": 1, "queued.min.messages": 1}
+    # (the mock answers every fetch with ~1 MB whatever fetch.max.bytes says). The
+    # primary gets it too, and the retention reset sends it ~47k records back: with
+    # librdkafka's 1 s backoff on a full queue that read took 27 s alone and over 60 s
+    # in a loaded CI run, so the backoff is the child's 10 ms (0.7 s).
+    small = {
+        "queued.max.messages.kbytes": 1,
+        "queued.min.messages": 1,
+        "fetch.queue.backoff.ms": 10,
+    }
     caplog.set_level(logging.INFO, logger=OURS)
     c = Consumer(base_conf(bs, unique_group, error_cb=errors.append, **small))
     try:
