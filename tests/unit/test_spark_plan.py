@@ -139,20 +139,38 @@ def test_a_backlog_just_over_a_chunk_multiple_leaves_no_crumb_task() -> None:
     assert [s.size for s in plan_slices(start, end, chunk_size=200_000)] == [100_030]
 
 
-def test_live_spans_and_backlog_chunks_are_packed_apart_live_first() -> None:
+def test_live_spans_are_packed_in_order_and_share_equal_tasks_with_backlog() -> None:
     live = [Slice(T, p, 0, n, False) for p, n in enumerate([5, 7, 990, 3, 1500])]
-    chunks = [Slice(T, 0, 0, 600, True), Slice(T, 1, 0, 400, True), Slice(T, 2, 0, 1500, True)]
-    assert pack_tasks(chunks[:1] + live + chunks[1:], 1000) == [
+    assert pack_tasks(live, 1000) == [
         (live[0], live[1]),
         (live[2], live[3]),
         (live[4],),  # a live span larger than a task's budget: alone, never split here
-        # 2,500 backlog records: 4 equal tasks (3 would leave one alone on 2 cores)
-        (Slice(T, 0, 0, 600, True), Slice(T, 1, 0, 25, True)),
-        (Slice(T, 1, 25, 400, True), Slice(T, 2, 0, 250, True)),
-        (Slice(T, 2, 250, 875, True),),
-        (Slice(T, 2, 875, 1500, True),),
+    ]
+    chunks = [Slice(T, 0, 0, 600, True), Slice(T, 1, 0, 400, True), Slice(T, 2, 0, 1500, True)]
+    # with backlog: 2,505 live and 2,500 backlog records in 6 tasks of 834 or 835 (5 would
+    # leave one alone on 2 cores), live spans first, each piece keeping what it is
+    assert pack_tasks(chunks[:1] + live + chunks[1:], 1000) == [
+        (live[0], live[1], Slice(T, 2, 0, 823, False)),
+        (Slice(T, 2, 823, 990, False), live[3], Slice(T, 4, 0, 664, False)),
+        (Slice(T, 4, 664, 1498, False),),
+        (Slice(T, 4, 1498, 1500, False), chunks[0], Slice(T, 1, 0, 232, True)),
+        (Slice(T, 1, 232, 400, True), Slice(T, 2, 0, 666, True)),
+        (Slice(T, 2, 666, 1500, True),),
     ]
     assert pack_tasks([], 10) == []
+
+
+def test_a_backlog_batch_gives_its_live_records_no_task_of_their_own() -> None:
+    # Issue 33: stage metrics of a 2,000,000-record drain over 8 partitions: a backlog batch
+    # of six 116,250-record backlog tasks and one task of 26,630 live records; on 2 cores one
+    # of them read the live task alone at the end, 2.8 s of a 15 s batch.
+    live = [Slice(T, p, 250_000, 253_329, False) for p in range(8)]
+    backlog = [Slice(T, p, 0, 87_188, True) for p in range(8)]
+    tasks = pack_tasks(live + backlog, 150_000)
+    # 724,136 records: 6 tasks (5 would do, but one would be alone on a core at the end)
+    assert [sum(s.size for s in t) for t in tasks] == [120_690] * 2 + [120_689] * 4
+    assert tasks[0][:8] == tuple(live) and tasks[0][8].catchup  # live first, topped up
+    assert _offsets(tasks) == _offsets([live + backlog])
 
 
 def test_a_backlog_over_many_partitions_takes_no_more_tasks_than_reading_it_in_order() -> None:
@@ -194,10 +212,10 @@ def _offsets(tasks: list[tuple[Slice, ...]] | list[list[Slice]]) -> list[tuple[s
     st.lists(st.integers(1, 400), min_size=1, max_size=12),
     st.integers(1, 500),
 )
-def test_backlog_tasks_are_even_in_number_equal_in_size_and_cover_each_offset_once(
+def test_batch_tasks_are_even_in_number_equal_in_size_and_cover_each_offset_once(
     sizes: list[int], max_records: int
 ) -> None:
-    backlog = [Slice(T, p, 1000, 1000 + n, True) for p, n in enumerate(sizes)]
+    backlog = [Slice(T, p, 1000, 1000 + n, p % 3 > 0) for p, n in enumerate(sizes)]
     tasks = balance(backlog, max_records)
     loads = [sum(s.size for s in t) for t in tasks]
     total = sum(sizes)
@@ -208,7 +226,8 @@ def test_backlog_tasks_are_even_in_number_equal_in_size_and_cover_each_offset_on
     assert _offsets(tasks) == _offsets([backlog])
     # in order: each task reads on from where the one before stopped
     flat = [s for t in tasks for s in t]
-    assert all(s.size > 0 and s.catchup for s in flat)
+    assert all(s.size > 0 for s in flat)
+    assert all(s.catchup == (s.partition % 3 > 0) for s in flat)  # each piece what it was
     assert [(s.partition, s.start) for s in flat] == sorted((s.partition, s.start) for s in flat)
 
 
@@ -597,9 +616,10 @@ def test_reader_restart_without_live_records_carries_backlog_after_the_wait() ->
     # a backlog over the budget: the rest stays pending, the first part is read in chunks
     reader, _ = make_reader({0: 2_000_000}, **{"catchup.firstBatchWaitMs": "0"})
     end = reader.latestOffset(start, all_rows())
-    assert end == {T: {"0": [2_000_000, [500_000, 2_000_000]]}}
+    assert end == {T: {"0": [2_000_000, [1_000_000, 2_000_000]]}}  # the first budget, 1M
+    # read from the checkpoint's offset on, in order, as a read with catch-up off would
     sizes = [s.size for t in reader.partitions(start, end) for s in t.slices]
-    assert sizes == [125_000] * 4
+    assert sizes == [142_858] + [142_857] * 6
 
 
 def test_reader_new_query_reads_in_order_from_its_starting_offsets() -> None:
@@ -739,8 +759,10 @@ def _timed_reader(
     clock = [1000.0]
     monkeypatch.setattr(_stream.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(_stream, "_wall_clock", lambda: wall_start + clock[0] - 1000.0)
-    # the numbers of the tests below aim at 10 s a batch (the default is 20 s)
+    # the numbers of the tests below aim at 10 s a batch (the default is 20 s), and start
+    # from a first backlog budget of 500,000 (the default is 1,000,000)
     base = {"catchup.chunkSize": "100000", "catchup.targetBatchDurationMs": "10000"}
+    monkeypatch.setattr(_stream, "FIRST_CATCHUP_BUDGET", 500_000)
     reader, kafka = make_reader(highs, **{**base, **options})
     kafka.live = 10  # a live record comes while the restart batch waits: it is live only
 
