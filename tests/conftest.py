@@ -42,7 +42,7 @@ _SERIAL_GROUPS = {
         "test_spark_reader",
         "test_spark_source",
         "test_spark_standalone",
-        "test_examples",  # the Spark job example
+        "test_spark_example",
     ),
 }
 _GROUP_OF = {module: group for group, modules in _SERIAL_GROUPS.items() for module in modules}
