@@ -162,8 +162,8 @@ def test_live_spans_are_packed_in_order_and_share_equal_tasks_with_backlog() -> 
 
 def test_a_backlog_batch_gives_its_live_records_no_task_of_their_own() -> None:
     # Issue 33: stage metrics of a 2,000,000-record drain over 8 partitions: a backlog batch
-    # of six 116,250-record backlog tasks and one task of 26,630 live records; on 2 cores one
-    # of them read the live task alone at the end, 2.8 s of a 15 s batch.
+    # of six 116,250-record backlog tasks and one task of 26,630 live records: 7 tasks on 2
+    # cores, and one core idled the last 1.3 s of the 15.4 s batch.
     live = [Slice(T, p, 250_000, 253_329, False) for p in range(8)]
     backlog = [Slice(T, p, 0, 87_188, True) for p in range(8)]
     tasks = pack_tasks(live + backlog, 150_000)
