@@ -160,13 +160,14 @@ def read_slice(
 class _PartitionRead:
     """One partition's slices, read in order; ``expected`` is the next offset still needed."""
 
-    __slots__ = ("cols", "expected", "queue", "slice", "tp")
+    __slots__ = ("cols", "expected", "queue", "slice", "tp", "tp_key")
 
     def __init__(self, slices: list[Slice], include_headers: bool) -> None:
         self.queue = sorted(slices, key=lambda s: s.start)
         self.slice = self.queue.pop(0)
         self.expected = self.slice.start
         self.tp = TopicPartition(self.slice.topic, self.slice.partition)
+        self.tp_key = (self.slice.topic, self.slice.partition)
         self.cols = _Columns(include_headers)
 
     @property
@@ -225,8 +226,14 @@ class _Reading:
                 offset: int = m.offset()  # type: ignore[assignment]  # a record has one
                 if offset < read.expected:
                     continue  # fetched before a re-position, or left over from a previous read
-                if offset >= read.slice.end:
-                    yield from self._finish(read)
+                while offset >= read.slice.end:
+                    # The first record past the slice's end (its last offsets hold no record:
+                    # a transaction marker, an aborted or compacted record) may be the next
+                    # slice's own: it is read again against that slice, never dropped.
+                    yield from self._finish(read, passed=offset)
+                    if read.tp_key not in active:
+                        break
+                if read.tp_key not in active or offset < read.expected:
                     continue
                 read.expected = offset + 1
                 cols = read.cols
@@ -239,7 +246,7 @@ class _Reading:
                 if cols.headers is not None:
                     cols.headers.append(m.headers() or None)
                 if read.expected >= read.slice.end:
-                    yield from self._finish(read)
+                    yield from self._finish(read, passed=offset)
                 elif len(cols.offsets) >= batch_rows:
                     yield cols.batch(read.slice)
                     read.cols = _Columns(self.options.include_headers)
@@ -263,23 +270,44 @@ class _Reading:
         if err.code() != KafkaError._PARTITION_EOF:
             raise KafkaException(err)
         eof = m.offset()
-        if (eof is not None and eof >= sl.end) or _log_end_below(
-            self.consumer, read.tp, sl, self.options
-        ):
-            yield from self._finish(read)
-        # else e.g. an open transaction: the records up to end will come
+        # One EOF may end several slices: the next one goes on from where the consumer is,
+        # without a seek (see _finish), and no other EOF comes until the log grows.
+        while True:
+            if eof is not None and eof >= read.slice.end:
+                yield from self._finish(read, passed=eof - 1)
+            elif _log_end_below(self.consumer, read.tp, read.slice, self.options):
+                yield from self._finish(read)
+                return
+            else:
+                return  # e.g. an open transaction: the records up to end will come
+            if read.tp_key not in self.active or eof is None or read.expected > eof:
+                return  # done, or re-positioned ahead: that fetch sends its own EOF
 
-    def _finish(self, read: _PartitionRead) -> Iterator[pa.RecordBatch]:
+    def _finish(self, read: _PartitionRead, passed: int | None = None) -> Iterator[pa.RecordBatch]:
         """The current slice is done: hand over its records, go on with the partition's next
-        slice, or stop fetching the partition."""
+        slice, or stop fetching the partition.
+
+        ``passed``: the consumer has delivered every record of the partition up to this
+        offset (the record just seen, or the log end minus one at partition EOF). A next
+        slice that starts at or below ``passed + 1`` is read on from there without a seek:
+        the records below ``passed`` that it covers do not exist (they would have come
+        before), and the one at ``passed`` is the caller's to read again. A seek there
+        would drop what the consumer already fetched, that record included (issue 33's
+        adversary: two adjacent chunks of a partition in one task, the first ending on a
+        transaction marker, lost the record after the marker). Further on, a seek skips
+        the gap.
+        """
         if len(read.cols):
             yield read.cols.batch(read.slice)
             read.cols = _Columns(self.options.include_headers)
         if read.queue:
             read.slice = read.queue.pop(0)
-            self._seek(read, read.slice.start)
+            if passed is not None and read.slice.start <= passed + 1:
+                read.expected = read.slice.start
+            else:
+                self._seek(read, read.slice.start)
         else:
-            del self.active[(read.tp.topic, read.tp.partition)]
+            del self.active[read.tp_key]
             self.consumer.incremental_unassign([read.tp])
 
     def _seek(self, read: _PartitionRead, offset: int) -> None:

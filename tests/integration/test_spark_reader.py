@@ -317,6 +317,30 @@ def test_isolation_level_reads_what_spark_kafka_source_reads(
         txn.abort_transaction(30)
 
 
+def test_a_chunk_ending_on_a_transaction_marker_loses_no_record(
+    transactional_cluster, topic_factory
+) -> None:
+    """Issue 33's adversary, on Apache Kafka 3.9: a task held two adjacent chunks of one
+    partition, the first ending on a commit marker, and the record right after the marker
+    was never delivered (the unit test tests/unit/test_spark_read_gaps.py has every case)."""
+    bs, topic = transactional_cluster.bootstrap_servers, topic_factory(2)
+    txn = Producer({"bootstrap.servers": bs, "transactional.id": f"{topic}-txn"})
+    txn.init_transactions(30)
+    for t in range(10):  # 10 records and a commit marker each: markers at 10, 21, ..., 109
+        txn.begin_transaction()
+        for i in range(10):
+            txn.produce(topic, value=f"{t}-{i}".encode(), partition=0)
+        txn.commit_transaction(30)
+    _produce(bs, topic, 3000, partition=1)  # the task's other partition fills consume()
+    slices = [Slice(topic, 0, a, b, True) for a, b in ((0, 11), (11, 22), (22, 60), (60, 110))]
+    rows: list[dict] = []
+    for batch in read_slices([Slice(topic, 1, 0, 3000, True), *slices], _options(bs, topic)):
+        rows.extend(batch.to_pylist())
+    got = [r["value"].decode() for r in rows if r["partition"] == 0]
+    assert got == [f"{t}-{i}" for t in range(10) for i in range(10)]
+    assert [r["offset"] for r in rows if r["partition"] == 1] == list(range(3000))
+
+
 def test_a_wrong_security_protocol_is_named_in_the_error(kafka_cluster) -> None:
     """Issue 33, item 3: SSL against a PLAINTEXT listener failed the query after 30-33 s
     with a bare "Broker transport failure". One try here (10 s) instead of the default 3."""
