@@ -226,15 +226,14 @@ class _Reading:
                 offset: int = m.offset()  # type: ignore[assignment]  # a record has one
                 if offset < read.expected:
                     continue  # fetched before a re-position, or left over from a previous read
-                while offset >= read.slice.end:
+                if offset >= read.slice.end:
                     # The first record past the slice's end (its last offsets hold no record:
                     # a transaction marker, an aborted or compacted record) may be the next
                     # slice's own: it is read again against that slice, never dropped.
-                    yield from self._finish(read, passed=offset)
-                    if read.tp_key not in active:
-                        break
-                if read.tp_key not in active or offset < read.expected:
-                    continue
+                    while offset >= read.slice.end and read.tp_key in active:
+                        yield from self._finish(read, passed=offset)
+                    if read.tp_key not in active or offset < read.expected:
+                        continue
                 read.expected = offset + 1
                 cols = read.cols
                 ts_type, ts = m.timestamp()
