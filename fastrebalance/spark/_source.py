@@ -99,10 +99,17 @@ class FastRebalanceDataSource(DataSource):
             )
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from ._stream import FastRebalanceStreamReader
+        """A bad option is raised from the reader's first call, not from here: PySpark's
+        streaming runner calls ``stop()`` on the reader in a ``finally`` even when this method
+        raised, so the user's last line would be its ``UnboundLocalError``, not our message."""
+        from ._stream import FastRebalanceStreamReader, RefusedStreamReader
 
-        self._check_schema(schema)
-        return FastRebalanceStreamReader(parse_options(self.options))
+        try:
+            self._check_schema(schema)
+            options = parse_options(self.options)
+        except ValueError as exc:
+            return RefusedStreamReader(exc)
+        return FastRebalanceStreamReader(options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from ._batch import FastRebalanceBatchReader

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -48,7 +48,7 @@ from ._plan import (
 )
 from ._source import KafkaSlicePartition
 
-__all__ = ["NO_LIMIT", "FastRebalanceStreamReader"]
+__all__ = ["NO_LIMIT", "FastRebalanceStreamReader", "RefusedStreamReader"]
 
 log = logging.getLogger("fastrebalance.spark")
 
@@ -206,7 +206,26 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if not marks:
             log.warning("%s matches no partition yet", subscription.describe())
         wanted = self.options.starting.per_partition(marks, self._fetcher.offsets_for_times)
-        return resolve_start(wanted, marks, target=self._target)
+        begin = resolve_start(wanted, marks, target=self._target)
+        for tp, pos in sorted(begin.items()):
+            m = marks[tp]
+            if pos.next <= m.high:
+                continue
+            # Not a log that shrank (what planning would say of it): the option asks for
+            # offsets Kafka has not written. Spark's Kafka source fails on it per
+            # failOnDataLoss too.
+            problem = (
+                f"option startingOffsets starts {tp[0]}-{tp[1]} at {pos.next}, beyond its log"
+                f" end {m.high} (it holds [{m.low}, {m.high})); give an offset within the log,"
+                " or -1 for its end"
+            )
+            if self.options.fail_on_data_loss:
+                raise ValueError(
+                    problem + " (with failOnDataLoss=false the query starts at the log end)"
+                )
+            log.warning("%s; the query starts at the log end (failOnDataLoss=false)", problem)
+            begin[tp] = PartitionPosition(m.high)
+        return begin
 
     def _complete(self, marks: dict[TopicPartitionKey, Marks]) -> dict[TopicPartitionKey, Marks]:
         """The log ends of every partition, for the initial offset or an AvailableNow target.
@@ -405,6 +424,43 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaSlicePartition), partition
         return read_slices(partition.slices, self.options)
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The reader of a query whose options were refused: it raises their error from Spark's
+    first call, so that the error is the last one the user reads (see
+    FastRebalanceDataSource.streamReader). It claims what the real reader supports, so that
+    Spark asks it something rather than refusing the trigger first."""
+
+    def __init__(self, error: ValueError) -> None:
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._refuse()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._refuse()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._refuse()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 def _wall_clock() -> float:

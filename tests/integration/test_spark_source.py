@@ -489,6 +489,36 @@ def test_starting_timestamp(spark, kafka_cluster, topic_factory):
     assert later.count() == 0
 
 
+def test_a_refused_option_is_the_last_error_the_user_reads(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """A bad option fails the query with our message as its last error, not PySpark's
+    runner's ``UnboundLocalError`` (it calls ``stop()`` on a reader that was never made), and
+    a start beyond the log end names startingOffsets, not a recreated topic (issue 33's
+    adversary, F2 and F3)."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 2, 20, "old")
+    beyond = json.dumps({topic: {"0": 999_999, "1": 0}})
+    cases = {
+        "typo": ({"catchup.thresold": "10"}, "did you mean catchup.threshold"),
+        "beyond": ({"startingOffsets": beyond}, f"option startingOffsets starts {topic}-0 at"),
+    }
+    for name, (options, message) in cases.items():
+        q = run_once(reader(spark, bs, topic, **options), Recorder(), tmp_path / name)
+        error = str(q.exception())
+        assert message in error and "UnboundLocalError" not in error, error
+    # failOnDataLoss=false: partition 0 starts at its log end, not at 0 (what reading a
+    # recreated log as backlog would do); partition 1 from its start.
+    recorder = Recorder()
+    q = run_once(
+        reader(spark, bs, topic, startingOffsets=beyond, failOnDataLoss="false"),
+        recorder,
+        tmp_path / "lenient",
+    )
+    assert q.exception() is None
+    assert sorted((r.partition, r.offset) for r in recorder.rows()) == [(1, o) for o in range(10)]
+
+
 def _restart_scenario(
     spark: SparkSession,
     bs: str,

@@ -277,3 +277,26 @@ def test_include_headers_changes_the_schema() -> None:
     assert headers_type == "array<struct<key:string,value:binary>>"
     assert to_arrow_schema(with_headers, timezone="UTC").equals(ARROW_SCHEMA_WITH_HEADERS)
     assert "headers" not in FastRebalanceDataSource(dict(BASE)).schema().fieldNames()
+
+
+def test_a_refused_stream_option_is_raised_by_the_readers_first_call() -> None:
+    """PySpark's streaming runner calls ``stop()`` on the reader in a ``finally``, bound or not:
+    a refused option must come from a reader's call (with a ``stop()`` that works), or the
+    user's last error is the runner's ``UnboundLocalError``."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from fastrebalance.spark._source import SCHEMA, FastRebalanceDataSource
+
+    reader = FastRebalanceDataSource({**BASE, "catchup.thresold": "5"}).streamReader(SCHEMA)
+    reader.stop()
+    calls = [
+        reader.initialOffset,
+        reader.getDefaultReadLimit,
+        reader.prepareForTriggerAvailableNow,
+        lambda: reader.latestOffset({}, ReadMaxRows(1)),
+        lambda: reader.partitions({}, {}),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="did you mean catchup.threshold"):
+            call()
