@@ -298,5 +298,5 @@ def test_a_refused_stream_option_is_raised_by_the_readers_first_call() -> None:
         lambda: reader.partitions({}, {}),
     ]
     for call in calls:
-        with pytest.raises(ValueError, match="did you mean catchup.threshold"):
+        with pytest.raises(ValueError, match=r"did you mean catchup\.threshold"):
             call()
