@@ -30,13 +30,13 @@ DEFAULT_THRESHOLD = 10_000
 DEFAULT_CHUNK_SIZE = 150_000
 #: Backlog records in the first batch that reads backlog, when catchup.maxOffsetsPerTrigger is
 #: not set; later batches are sized by duration (DEFAULT_TARGET_BATCH_MS). Nothing has been
-#: measured yet at that point, so it is a guess: 15-23 s on a 2-core machine with a job that
-#: writes and aggregates each batch, about the target (the guess may be far off for a heavier
-#: job, and the batch after it is sized from what this one cost). Smaller wastes batches, each
-#: with a fixed cost of a second or more: with 100,000 the drain took twice as long as reading
-#: the backlog in order, and with 500,000 a 2,000,000-record backlog took 3 backlog batches
-#: where 1,000,000 takes 2 (issue 33: 1.55x against 1.21x, one run each, load average 6).
-FIRST_CATCHUP_BUDGET = 1_000_000
+#: measured yet at that point, so it is a guess: about the target on a 2-core machine with a
+#: job that writes and aggregates each batch (the guess may be far off for a heavier job, and
+#: the batch after it is sized from what this one cost). A smaller one splits a backlog the
+#: in-order read takes in one batch over several, each with a fixed cost of a second or more:
+#: 2,000,000 records took 2 backlog batches at 1,000,000 and 1.26-1.44x the in-order read
+#: over 64 partitions, one batch and 1.14x at 2,000,000 (issue 33, docs/spark.md).
+FIRST_CATCHUP_BUDGET = 2_000_000
 #: What the adaptive backlog budget aims a batch at: long enough that a batch's fixed cost is
 #: a small share of it, short enough that the live records sharing it stay reasonably fresh.
 #: A job that writes each batch and aggregates it paid about 3 s a batch beyond its records
