@@ -13,7 +13,8 @@ stays on one worker (its module-scoped Spark session or broker is made once). Th
 modules run one at a time: on two cores they are CPU-bound, and side by
 side they only slowed each other (the crash harness's module beside the others took 438 s
 instead of 177 s alone, the standalone cluster's test 246 s instead of 44 s); the crash
-harness runs on a real broker only (its module says why). The tests
+harness, the standalone cluster and Spark Connect run on a real broker only (their modules
+say why). The tests
 marked ``alone`` load the machine themselves (chaos slices with two CPU hogs for their
 whole run): the Makefile runs them after the others, with nothing else beside them but
 what they start (``make test`` runs its two side by side, with one busy process each).

@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,7 +132,14 @@ class StandaloneCluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+def cluster(tmp_path: Path, kafka_cluster: Any) -> Iterator[StandaloneCluster]:
+    if kafka_cluster.kind == "embedded":
+        # As test_spark_connect's server: a deployment of Spark, run once per CI run (90 s
+        # of make test's serial Spark chain).
+        pytest.skip(
+            "the standalone cluster runs on a real broker (make test-kafka, CI's Kafka 3.9 "
+            "pass, or FASTREBALANCE_TEST_BOOTSTRAP)"
+        )
     c = StandaloneCluster(tmp_path)
     try:
         yield c
