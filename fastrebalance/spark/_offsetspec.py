@@ -17,6 +17,7 @@ checked here and unit tested.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -126,15 +127,26 @@ class EndingOffsets(_Spec):
 
 
 def _offsets_json(
-    raw: str, option: str, covers: Callable[[str], bool], allowed: tuple[int, ...]
+    raw: str,
+    option: str,
+    covers: Callable[[str], bool],
+    allowed: tuple[int, ...],
+    words: tuple[str, ...] = (),
 ) -> dict[TopicPartitionKey, int]:
+    """``words``: what the option takes besides JSON, so that a misspelt one ("earlist") is
+    told what it resembles rather than only that it is not JSON."""
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict):
         example = '{"topic": {"0": 5}}'
-        raise ValueError(f"option {option}={raw!r} must be a JSON object like {example}")
+        close = difflib.get_close_matches(raw.lower(), words, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        takes = f"{', '.join(words)} or " if words else ""
+        raise ValueError(
+            f"option {option}={raw!r} must be {takes}a JSON object like {example}{hint}"
+        )
     out: dict[TopicPartitionKey, int] = {}
     for topic, parts in parsed.items():
         if not covers(topic):
@@ -192,7 +204,10 @@ def parse_starting(
                              " at earliest or at given offsets")  # fmt: skip
         return StartingOffsets(raw.lower())
     allowed = (EARLIEST,) if batch else (EARLIEST, LATEST)
-    return StartingOffsets("specific", _offsets_json(raw, "startingOffsets", covers, allowed))
+    words = ("earliest",) if batch else ("earliest", "latest")
+    return StartingOffsets(
+        "specific", _offsets_json(raw, "startingOffsets", covers, allowed, words)
+    )
 
 
 def parse_ending(options: Mapping[str, str], covers: Callable[[str], bool]) -> EndingOffsets:
@@ -209,5 +224,5 @@ def parse_ending(options: Mapping[str, str], covers: Callable[[str], bool]) -> E
         return EndingOffsets("latest", option="endingOffsets")
     if raw.lower() == "earliest":
         raise ValueError("option endingOffsets=earliest would read nothing: use latest or JSON")
-    specific = _offsets_json(raw, "endingOffsets", covers, (LATEST,))
+    specific = _offsets_json(raw, "endingOffsets", covers, (LATEST,), ("latest",))
     return EndingOffsets("specific", specific, option="endingOffsets")

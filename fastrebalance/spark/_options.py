@@ -7,6 +7,7 @@ the query when it starts, on the driver, rather than in an executor task four re
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from typing import Any
 
 from ._offsetspec import EndingOffsets, StartingOffsets, parse_ending, parse_starting
 from ._subscription import Subscription, parse_subscription
+
+log = logging.getLogger("fastrebalance.spark")
 
 __all__ = ["OPTIONS", "SourceOptions", "StartingOffsets", "parse_options"]
 
@@ -281,6 +284,24 @@ def _check_catchup_names(opts: dict[str, str]) -> None:
             )
 
 
+def _warn_lookalikes(options: Mapping[str, str]) -> None:
+    """Another unknown option is ignored, as Spark's Kafka source ignores what is not its own;
+    one that looks like a known name is most likely a typo whose default now silently holds
+    (``maxOffsetPerTrigger``: no rate limit), so it is named in a warning."""
+    known = {name.lower(): name for name in OPTIONS}
+    for key in map(str, options):
+        lower = key.strip().lower()
+        if lower in known or lower.startswith(("kafka.", "catchup.")):
+            continue
+        close = difflib.get_close_matches(lower, list(known), n=1, cutoff=0.85)
+        if close:
+            log.warning(
+                "option %s is not one this source knows and is ignored; did you mean %s?",
+                key,
+                known[close[0]],
+            )
+
+
 def parse_options(options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
     """Validate the user's options; every error names the option and what it accepts.
 
@@ -290,6 +311,7 @@ def parse_options(options: Mapping[str, str], *, batch: bool = False) -> SourceO
     """
     opts = _lower(options)
     _check_catchup_names(opts)
+    _warn_lookalikes(options)
     if not batch:
         for key in _BATCH_ONLY:
             if key in opts:

@@ -300,3 +300,29 @@ def test_a_refused_stream_option_is_raised_by_the_readers_first_call() -> None:
     for call in calls:
         with pytest.raises(ValueError, match=r"did you mean catchup\.threshold"):
             call()
+
+
+@pytest.mark.parametrize(
+    ("extra", "batch", "message"),
+    [
+        ({"startingOffsets": "earlist"}, False, r"earliest, latest or a JSON.*mean earliest"),
+        ({"startingOffsets": "Latset"}, False, r"did you mean latest"),
+        ({"startingOffsets": "latest"}, True, r"is for streams"),
+        ({"startingOffsets": "lastest"}, True, r"must be earliest or a JSON"),
+        ({"endingOffsets": "lates"}, True, r"must be latest or a JSON.*did you mean latest"),
+    ],
+)
+def test_a_misspelt_offset_keyword_is_told_what_it_resembles(extra, batch, message) -> None:
+    """Issue 33's second adversary: "earlist" was told only that it is not JSON."""
+    with pytest.raises(ValueError, match=message):
+        parse_options({**BASE, **extra}, batch=batch)
+
+
+def test_an_unknown_option_like_a_known_one_is_named_in_a_warning(caplog) -> None:
+    """Ignored, as Spark's Kafka source ignores what is not its own, but a look-alike of a
+    known option is a typo whose default silently holds (no rate limit, here)."""
+    with caplog.at_level("WARNING", logger="fastrebalance.spark"):
+        parsed = opts(maxOffsetPerTrigger="5", path="/ignored", someOtherSetting="1")
+    assert parsed.max_offsets_per_trigger is None
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "did you mean maxOffsetsPerTrigger" in warned[0], warned
