@@ -290,7 +290,7 @@ def _warn_lookalikes(options: Mapping[str, str]) -> None:
     (``maxOffsetPerTrigger``: no rate limit), so it is named in a warning."""
     known = {name.lower(): name for name in OPTIONS}
     for key in map(str, options):
-        lower = key.strip().lower()
+        lower = key.lower()  # as _lower: Spark hands the keys over lower-cased
         if lower in known or lower.startswith(("kafka.", "catchup.")):
             continue
         close = difflib.get_close_matches(lower, list(known), n=1, cutoff=0.85)

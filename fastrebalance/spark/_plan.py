@@ -239,7 +239,9 @@ def resolve_start(
 
     Under Trigger.AvailableNow, "latest" is the run's target: the log end when the run began.
     An offset outside the log is kept as given, so that planning reports it (records deleted
-    below the log start, or a log that ends below it) per failOnDataLoss.
+    below the log start, or a log that ends below it) per failOnDataLoss. A new query's
+    offset beyond the log end is the user's, not a shrunk log: the stream reader reports it
+    as startingOffsets' before planning (FastRebalanceStreamReader._resolve_initial).
     """
     out: dict[TopicPartitionKey, PartitionPosition] = {}
     for tp, offset in wanted.items():
