@@ -22,6 +22,7 @@ what they start (``make test`` runs its two side by side, with one busy process 
 
 from __future__ import annotations
 
+import faulthandler
 from collections.abc import Callable, Iterator
 from uuid import uuid4
 
@@ -144,3 +145,11 @@ def _kip848_cases_need_kip848(request: pytest.FixtureRequest) -> None:
         supported, why = request.getfixturevalue("kip848")
         if not supported:
             pytest.skip(why)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A pytest process still alive two minutes after its session ended is hung on
+    something a test left behind (a thread that never ends, a client's close): every
+    thread's stack, then exit 1, rather than a CI run held to its limit with no name."""
+    faulthandler.dump_traceback_later(120, exit=True)
