@@ -151,5 +151,8 @@ def _kip848_cases_need_kip848(request: pytest.FixtureRequest) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A pytest process still alive two minutes after its session ended is hung on
     something a test left behind (a thread that never ends, a client's close): every
-    thread's stack, then exit 1, rather than a CI run held to its limit with no name."""
-    faulthandler.dump_traceback_later(120, exit=True)
+    thread's stack, then exit 1, rather than a CI run held to its limit with no name.
+    Not in an xdist worker: it waits here for its controller, which ends it (and kills it
+    if it lingers)."""
+    if not hasattr(config, "workerinput"):
+        faulthandler.dump_traceback_later(120, exit=True)
