@@ -405,7 +405,8 @@ def plan_end(
         if gone:
             plan.losses.append(
                 f"{where}: offsets {', '.join(f'[{s}, {e})' for s, e in gone)} were deleted"
-                f" by retention before they were read (first stored offset is {m.low})"
+                f" (retention or DeleteRecords) before they were read (first stored offset is"
+                f" {m.low})"
             )
             pending.remove_below(m.low)
             nxt = max(nxt, m.low)

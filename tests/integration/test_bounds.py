@@ -146,7 +146,9 @@ def test_asyncio_calls_after_an_abandoned_commit_are_bounded(
         try:
             await a.assign([TopicPartition(topic, 0)])
             m = None
+            deadline = time.monotonic() + 30
             while m is None or m.error() is not None:
+                assert time.monotonic() < deadline, "no record within 30 s"
                 m = await a.poll(1.0)
             cluster.pause()
             try:

@@ -17,9 +17,11 @@ librdkafka's mock cluster drops transactional offset commits: these skip there.
 
 from __future__ import annotations
 
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -176,6 +178,21 @@ while True:
 """
 
 
+def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    """The worker's lines as they come ("" at its end), so that each wait has a bound: a
+    worker stuck before its next line fails the test instead of hanging it."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.strip())
+        lines.put("")
+
+    threading.Thread(target=pump, name="eos-worker-lines", daemon=True).start()
+    return lines
+
+
 def test_a_dead_workers_open_transaction_duplicates_nothing(
     transactional_cluster: Any, topic_factory: Any, unique_group: str
 ) -> None:
@@ -198,10 +215,10 @@ def test_a_dead_workers_open_transaction_duplicates_nothing(
         text=True,
     )
     try:
-        assert worker.stdout is not None
-        assert worker.stdout.readline().strip() == "assigned"
+        lines = _lines(worker)
+        assert lines.get(timeout=60) == "assigned"
         produce(bs, topic, 200, start=3000)  # fresh records after the restart
-        line = worker.stdout.readline().strip()
+        line = lines.get(timeout=120)
         assert line == "sent", f"the worker ended early: {line!r}"
     finally:
         worker.send_signal(signal.SIGKILL)
@@ -332,7 +349,9 @@ def test_one_producer_per_partition_two_open_transactions(
         more = []
         for p in (0, 1):
             produce(bs, topic, 5, partition=p, start=1550)
+        deadline = time.monotonic() + 30
         while not any(m.partition() == 0 for m in more):
+            assert time.monotonic() < deadline, "partition 0's new records never came"
             more += [m for m in c.consume(100, 0.5) if m.error() is None]
         first = [m for m in more if m.partition() == 0][:1]
         producers[0].begin_transaction()
@@ -456,6 +475,7 @@ def test_aborting_one_producers_transaction_rewinds_only_its_partitions(
             assert time.monotonic() < deadline, "the pipeline did not finish"
             msgs = [m for m in c.consume(60, 0.3) if m.error() is None]
             while batches == 0 and msgs and len({m.partition() for m in msgs}) < 2:
+                assert time.monotonic() < deadline, "the first batch never held both partitions"
                 msgs += [m for m in c.consume(60, 0.3) if m.error() is None]
             if not msgs:
                 continue

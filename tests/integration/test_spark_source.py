@@ -52,6 +52,9 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.ui.showConsoleProgress", "false")
+        # stop() waits for the query's thread for ever by default: a batch that never
+        # answers its interrupt then hangs the suite rather than failing it
+        .config("spark.sql.streaming.stopTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

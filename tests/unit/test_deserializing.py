@@ -261,8 +261,11 @@ def test_async_records_of_a_cancelled_decode_are_kept_raw_for_the_next_call():
         c._consumer._received = lambda got: received.extend(m.offset() for m in got)  # type: ignore[method-assign]
         try:
             task = asyncio.ensure_future(c.consume(10, 0))
-            while len(calls) < 2:
+            for _ in range(10_000):
+                if len(calls) >= 2:
+                    break
                 await asyncio.sleep(0)
+            assert len(calls) >= 2, calls
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
