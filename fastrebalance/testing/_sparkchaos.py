@@ -992,6 +992,10 @@ def _jvm_options(cluster: Any, workdir: Path, out: Callable[[str], None]) -> str
     return f"-XX:SharedArchiveFile={archive}"
 
 
+#: Driver lives started per kill wanted, at most, once the phase's time share is over.
+_MAX_LIVES_PER_KILL = 6
+
+
 def _phase(
     s: SparkChaosSettings,
     trigger: str,
@@ -1018,6 +1022,15 @@ def _phase(
     try:
         first = time.monotonic()
         while time.monotonic() < first + share_s or sum(x.crashed for x in ph.lives) < s.min_kills:
+            if len(ph.lives) >= _MAX_LIVES_PER_KILL * max(s.min_kills, 1) and time.monotonic() > (
+                first + share_s
+            ):
+                # lives that end on their own (a Python worker that never connected back on a
+                # loaded machine, a failed query) are not kills: never start them for ever
+                raise RuntimeError(
+                    f"{ph.label}: {len(ph.lives)} driver lives, only"
+                    f" {sum(x.crashed for x in ph.lives)} killed of the {s.min_kills} wanted"
+                )
             if producer.error is not None:
                 raise RuntimeError(f"the live producer failed: {producer.error}")
             ph.run_life(ph.next_point())
