@@ -23,7 +23,9 @@ what they start (``make test`` runs its two side by side, with one busy process 
 from __future__ import annotations
 
 import faulthandler
+import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -145,6 +147,29 @@ def _kip848_cases_need_kip848(request: pytest.FixtureRequest) -> None:
         supported, why = request.getfixturevalue("kip848")
         if not supported:
             pytest.skip(why)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """A test still running a minute past its pytest-timeout bound has a process that
+    pytest-timeout cannot reach: a thread holding the GIL for ever (librdkafka 2.16's
+    close() inside confluent-kafka's rebalance callback froze a whole worker, stop 43).
+    faulthandler's watchdog is a C thread: it prints every thread's stack and ends the
+    process without the GIL, so xdist names the test and the run goes on."""
+    marker = item.get_closest_marker("timeout")
+    ini = item.config.getini("timeout")
+    bound = float(marker.args[0]) if marker and marker.args else float(ini)
+    try:  # the real stderr, which pytest keeps beside its capture
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+        out: Any = item.config.stash[fault_handler_stderr_fd_key]
+    except (ImportError, KeyError):
+        out = sys.__stderr__
+    faulthandler.dump_traceback_later(bound + 60, exit=True, file=out)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(trylast=True)
