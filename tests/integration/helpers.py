@@ -91,39 +91,28 @@ def group_metadata(bootstrap: str, group: str, topic: str, partition: int = 0) -
     return tp.offset, tp.metadata or ""
 
 
-def close_member(consumer: Any, seconds: float = 10.0) -> None:
-    """Close a *plain* confluent-kafka group member the way fastrebalance closes its own:
-    leave the group and serve the revoke first. librdkafka 2.16 can drop the reply to a
-    rebalance that reaches a group already terminating, and its close() then waits for it
-    for ever inside the rebalance callback (seen hanging the suite on a loaded machine)."""
+def close_member(*members: Any, seconds: float = 10.0) -> None:
+    """Close *plain* confluent-kafka group members (or ours) the way fastrebalance closes
+    its own: leave the group and serve the revoke first. librdkafka 2.16 can drop the reply
+    to a rebalance that reaches a group already terminating, and its close() then waits for
+    it for ever inside the rebalance callback, holding the GIL (seen hanging the suite on a
+    loaded machine, and freezing a whole worker in stop 43). Members of one group close
+    together: all unsubscribe, all are polled until none holds a partition (and for a
+    second at least, so that a rebalance under way completes on a poll), then each closes;
+    closed one by one, a member could close mid-rebalance, waiting on one nobody polls."""
     try:
-        consumer.unsubscribe()
-        deadline = time.monotonic() + seconds
-        while consumer.assignment() and time.monotonic() < deadline:
-            consumer.poll(0.05)
-    finally:
-        consumer.close()
-
-
-def close_group(*members: Any, seconds: float = 30.0) -> None:
-    """Close the subscribed members of one group together: all unsubscribe, all are polled
-    until none holds a partition (and for a second more, so that a rebalance under way
-    completes on a poll), then each closes. Closed one by one, a member can close with a
-    rebalance under way that waits for a member nobody polls; librdkafka 2.16 drops the
-    reply to it inside close(), and confluent-kafka waits for that in the rebalance
-    callback holding the GIL: a whole test worker froze (stop 43, our close() and
-    confluent-kafka's alike)."""
-    for m in members:
-        m.unsubscribe()
-    settle = time.monotonic() + 1.0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and (
-        time.monotonic() < settle or any(m.assignment() for m in members)
-    ):
         for m in members:
-            m.poll(0.05)
-    for m in members:
-        m.close()
+            m.unsubscribe()
+        settle = time.monotonic() + 1.0
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (
+            time.monotonic() < settle or any(m.assignment() for m in members)
+        ):
+            for m in members:
+                m.poll(0.05)
+    finally:
+        for m in members:
+            m.close()
 
 
 def swap_primary(consumer: Any, handle: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from fastrebalance import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .helpers import base_conf, close_group, group_offsets, produce
+from .helpers import base_conf, close_member, group_offsets, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka4]
 
@@ -300,4 +300,4 @@ def _revoke_during_consume(bs, topic, group, protocol):
             return None
         return revoked, group_offsets(bs, group, topic, 2)
     finally:
-        close_group(first, *([second] if second is not None else []))
+        close_member(first, *([second] if second is not None else []), seconds=30.0)
