@@ -353,7 +353,8 @@ class Assignments:
         self._primary.pause([TopicPartition(t.topic, t.partition) for t in tps])
         self._deferred_tries = 0
         self._deferred_at = time.monotonic() + _DEFERRED_FIRST_S
-        log.warning(
+        # an assignment served while leaving is not read on purpose (_read): no warning
+        (log.debug if self.leaving else log.warning)(
             "%d partition(s) not planned yet (the commit logs could not be read: a broker "
             "that does not answer, or an open transaction holding offsets for the group): "
             "they stay paused until planned, e.g. %s",
@@ -440,6 +441,10 @@ class Assignments:
         self.retire(keys)
         self._primary.incremental_unassign(partitions)
 
+    def _in_group(self) -> bool:
+        """Whether librdkafka may still hand this member a rebalance (see leave())."""
+        return not self._settings.consumer_protocol and bool(self._primary.memberid())
+
     def _refuse_as_librdkafka(self, partitions: list[TopicPartition], assigned: bool) -> None:
         """librdkafka refuses a whole incremental (un)assign that adds a partition already
         assigned, or removes one that is not, and leaves its assignment unchanged. The
@@ -458,23 +463,38 @@ class Assignments:
         raise KafkaException(KafkaError(code, f"{clash.topic} [{clash.partition}] {why}"))
 
     def leave(self) -> None:
-        """Unsubscribe and serve the revoke here, before librdkafka's close().
+        """Unsubscribe and serve the whole leaving here, before librdkafka's close().
 
         librdkafka 2.16 drops the reply to a rebalance request that reaches its group
         after the group terminated, and confluent-kafka waits for that reply in the
-        rebalance callback holding the GIL: a revoke served inside close() (under load, a
-        cooperative rebalance under way) then hangs the whole process, the thread waiting
-        for close() included. Served here, while the group is alive, the revoke is always
-        answered (on_revoke commits as usual), and close() has no rebalance left to run.
-        Records fetched meanwhile are dropped: they were never handed out.
+        rebalance callback holding the GIL: a rebalance event served inside close() can
+        hang the whole process, the thread waiting for close() included. Two such events
+        were seen: a revoke (under load, a cooperative rebalance under way), and an
+        assignment that had arrived but was not served yet (a member that joined and was
+        not polled since: close() served it, terminated the group, then served the revoke
+        librdkafka had queued behind it). So this polls until the member has left the
+        group, not only until it holds nothing: an assignment already queued is served
+        here (the unsubscribe waits for it), and so is the revoke that follows. Under the
+        classic protocol librdkafka clears the member id once it left; under KIP-848 the
+        id stays, and an empty assignment after a first poll is the sign. Records fetched
+        meanwhile are dropped: they were never handed out.
         """
         self._delivery.observe(list(self._p.assigned))  # what the application got
         self._delivery.untrusted_position = self.leaving = True
         try:
             self._primary.unsubscribe()
             deadline = time.monotonic() + REVOKE_WAIT_S
-            while self._p.assigned and time.monotonic() < deadline:
+            while True:
                 self._primary.poll(_REVOKE_SLICE_S)
+                if not self._p.assigned and not self._in_group():
+                    break
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "close() goes on after %.0f s without this member having left its "
+                        "group (a rebalance still under way): librdkafka serves the rest",
+                        REVOKE_WAIT_S,
+                    )
+                    break
         except (KafkaException, RuntimeError) as exc:
             log.warning("leaving the group before close() failed: %s", exc)
         finally:

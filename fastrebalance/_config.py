@@ -140,6 +140,8 @@ class ParallelConfig:
     auto_commit_interval_s: float = 5.0
     auto_offset_store: bool = True
     incremental: bool = False
+    #: group.protocol=consumer (KIP-848): the member id outlives leaving the group
+    consumer_protocol: bool = False
     #: exactly-once: nothing is written to either log outside a producer transaction
     transactional: bool = False
     #: where auto.offset.reset puts a partition with no committed offset, as a logical
@@ -302,6 +304,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         auto_commit_interval_s=interval_ms / 1000.0,
         auto_offset_store=_librdkafka_bool(rest, "enable.auto.offset.store", True),
         incremental=protocol == "consumer" or "cooperative" in strategy,
+        consumer_protocol=protocol == "consumer",
         transactional=transactional,
         reset_offset=_reset_offset(rest.get("auto.offset.reset", "latest")),
         group_catchup=group_catchup,

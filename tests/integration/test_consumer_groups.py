@@ -301,3 +301,64 @@ def _revoke_during_consume(bs, topic, group, protocol):
         return revoked, group_offsets(bs, group, topic, 2)
     finally:
         close_member(first, *([second] if second is not None else []), seconds=30.0)
+
+
+@pytest.mark.parametrize("protocol", ["eager-range", "cooperative-sticky", "kip848-consumer"])
+def test_close_serves_a_queued_assignment_before_librdkafka_closes(
+    kafka_cluster, topic_factory, unique_group, protocol, monkeypatch
+):
+    """A member that joined and was not polled since holds an assignment librdkafka has
+    queued for it. close() serves it, and the revoke after it, before librdkafka's own
+    close(): served inside that close(), the revoke can come after the group terminated,
+    and librdkafka 2.16 never answers the callback's assign, with the GIL held (seen
+    freezing a whole process: 3 of 149 closes of this kind on the embedded cluster).
+    """
+    from fastrebalance import _assigning
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = topic_factory(2)
+    first = Consumer(_conf(bs, unique_group, protocol))
+    events: list = []
+    first.subscribe(
+        [topic],
+        on_assign=lambda _c, p: events.append(("first", "assign")),
+        on_revoke=lambda _c, p: events.append(("first", "revoke")),
+    )
+    second = Consumer(_conf(bs, unique_group, protocol))
+    at_close: list = []
+    leave, watched = _assigning.Assignments.leave, second._assignments
+
+    def spy(self):
+        leave(self)
+        if self is watched:  # what the second member served before librdkafka's close()
+            at_close.extend(e for e in events if e[0] == "second")
+
+    monkeypatch.setattr(_assigning.Assignments, "leave", spy)
+    try:
+        deadline = time.monotonic() + 30
+        while len(first.assignment()) < 2:
+            assert time.monotonic() < deadline, "never assigned"
+            first.poll(0.1)
+        second.subscribe(
+            [topic],
+            on_assign=lambda _c, p: events.append(("second", "assign", len(p))),
+            on_revoke=lambda _c, p: events.append(("second", "revoke", len(p))),
+        )
+        # the first member serves the rebalance(s) the second one's joining starts, until
+        # it holds one partition: the other is then queued for the second member, unserved
+        deadline = time.monotonic() + 60
+        while len(first.assignment()) != 1:
+            assert time.monotonic() < deadline, events
+            first.poll(0.05)
+        time.sleep(0.5)
+        assert not any(e[0] == "second" for e in events), events
+        closed, second = second, None
+        closed.close()
+        # every callback the second member got came before librdkafka's close(): the
+        # queued assignment (of no partition, a cooperative first round), and the revoke
+        # of what it held
+        served = [e for e in events if e[0] == "second"]
+        assert at_close == served and served[0][1] == "assign", events
+        assert [e[1] for e in served] == (["assign", "revoke"] if served[0][2] else ["assign"])
+    finally:
+        close_member(first, *([second] if second is not None else []))
