@@ -158,7 +158,7 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         plan = plan_for(marks)
         if plan.restarted:
-            plan = self._restart_plan(plan, begin, plan_for)
+            plan = self._restart_plan(plan, begin, marks, plan_for)
         elif not (once or new_query) and self._too_few(begin, plan, now):
             return start
         for problem in plan.losses:
@@ -273,6 +273,7 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         self,
         plan: Plan,
         begin: dict[TopicPartitionKey, PartitionPosition],
+        marks: dict[TopicPartitionKey, Marks],
         plan_for: Callable[..., Plan],
     ) -> Plan:
         """The first batch after a restart: live records only, if any come in time.
@@ -286,15 +287,28 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         never waits: its live span is fixed already.
         """
         deadline = time.monotonic() + self.options.first_batch_wait_s
-        while not self._holds_live(begin, plan):
+        while not self._holds_live(begin, plan, marks):
             if self._target is not None or time.monotonic() >= deadline:
                 return plan_for(self._fetcher.marks(), drain=True)
             time.sleep(LIVE_POLL_S)
-            plan = plan_for(self._fetcher.marks(refresh=True))
+            marks = self._fetcher.marks(refresh=True)
+            plan = plan_for(marks)
         return plan
 
-    def _holds_live(self, begin: dict[TopicPartitionKey, PartitionPosition], plan: Plan) -> bool:
-        return any(not s.catchup for s in plan_slices(begin, plan.end, self.options.slice_size))
+    def _holds_live(
+        self,
+        begin: dict[TopicPartitionKey, PartitionPosition],
+        plan: Plan,
+        marks: dict[TopicPartitionKey, Marks],
+    ) -> bool:
+        """Whether the batch reads a live record. A live span below the log start is not
+        one: records deleted while the query was down (failOnDataLoss=false) leave the span
+        from the old position to the log start in the batch, and it reads nothing."""
+        return any(
+            not s.catchup and s.end > marks[(s.topic, s.partition)].low
+            for s in plan_slices(begin, plan.end, self.options.slice_size)
+            if (s.topic, s.partition) in marks
+        )
 
     def _batch_budget(self, begin: dict[TopicPartitionKey, PartitionPosition]) -> int:
         """The adaptive budget, stretched to take a small remainder along.

@@ -175,8 +175,11 @@ def run_once(df: DataFrame, recorder: Recorder, checkpoint: Path) -> Any:
     return q
 
 
-def assert_each_offset_once(recorder: Recorder, highs: dict[int, int]) -> None:
-    """Every offset of every partition is in exactly one batch: nothing lost, nothing twice."""
+def assert_each_offset_once(
+    recorder: Recorder, highs: dict[int, int], gone: range | None = None
+) -> None:
+    """Every offset of every partition is in exactly one batch: nothing lost, nothing twice
+    (but the offsets ``gone``, deleted from every partition before they were read)."""
     seen: dict[tuple[int, int], int] = {}
     for row in recorder.rows():
         key = (row.partition, row.offset)
@@ -184,7 +187,8 @@ def assert_each_offset_once(recorder: Recorder, highs: dict[int, int]) -> None:
         seen[key] = row.batch
     for p, high in highs.items():
         got = sorted(o for (q, o) in seen if q == p)
-        assert got == list(range(high)), f"partition {p}: {len(got)} of {high} records"
+        want = [o for o in range(high) if gone is None or o not in gone]
+        assert got == want, f"partition {p}: {len(got)} of {len(want)} records"
 
 
 def test_end_to_end_parquet_sink_and_admission_control(
@@ -529,9 +533,13 @@ def _restart_scenario(
     checkpoint: Path,
     backlog: int,
     crash: bool = False,
+    gone: range | None = None,
     **options: Any,
 ) -> tuple[Recorder, int, float]:
     """Run, stop, pile up ``backlog`` records, restart with live traffic; all delivered.
+
+    With ``gone``, those offsets of every partition are deleted (DeleteRecords) while the
+    query is down, from the first offset the restart reads on: they are not delivered.
 
     With ``crash``, the restarted query is also "crashed" once mid-catch-up: stopped, and the
     checkpoint rolled back to "batch logged, not committed", so that Spark replays that batch
@@ -556,6 +564,12 @@ def _restart_scenario(
     last_before = max(recorder.batches)
 
     produce(bs, topic, 4, backlog, "backlog")
+    if gone is not None:
+        admin = AdminClient({"bootstrap.servers": bs})
+        for future in admin.delete_records(
+            [TopicPartition(topic, p, gone.stop) for p in range(4)]
+        ).values():
+            future.result(30)
     fresh = FreshProducer(bs, topic, 4)
     fresh.start()
     restarted = time.monotonic()
@@ -567,7 +581,8 @@ def _restart_scenario(
             replayed = _forget_last_commit(checkpoint, max(recorder.batches))
             q = start()
             wait_until(lambda: len(recorder.attempts[replayed]) > 1, 60, "the replayed batch")
-        wait_until(lambda: recorder.count("backlog") >= backlog, 120, "the backlog")
+        left = backlog - (4 * len(gone) if gone is not None else 0)
+        wait_until(lambda: recorder.count("backlog") >= left, 120, "the backlog")
         more = fresh.sent + 50
         wait_until(lambda: fresh.sent > more, 30, "live records after the backlog")
         fresh.stop()
@@ -577,7 +592,7 @@ def _restart_scenario(
         q.stop()
     assert q.exception() is None
     highs = {p: 100 + backlog // 4 + len(range(p, fresh.sent, 4)) for p in range(4)}
-    assert_each_offset_once(recorder, highs)
+    assert_each_offset_once(recorder, highs, gone)
     return recorder, last_before, restarted
 
 
@@ -646,6 +661,27 @@ def test_restart_with_backlog_reads_fresh_records_first(
         f"catch-up: first fresh record {recorder.arrived[after[0]] - restarted:.2f}s after"
         f" restart; backlog over {len(backlog_batches)} batches"
     )
+
+
+def test_restart_after_backlog_deleted_in_part_still_reads_fresh_records_first(
+    spark, kafka_cluster, topic_factory, tmp_path
+):
+    """Records deleted (DeleteRecords) from the start of the backlog while the query was
+    down, failOnDataLoss=false: the restart batch still holds live records only. The span
+    from the old position to the new log start used to count as live records, so the restart
+    batch was planned at once, empty (2 of 2 restarts of an adversary), and the first fresh
+    records waited for the backlog's batch."""
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("the mock cluster has no DeleteRecords")
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(4)
+    recorder, before, _ = _restart_scenario(
+        spark, bs, topic, tmp_path / "ck", 40_000, gone=range(100, 3100),
+        failOnDataLoss="false", **CATCHUP,
+    )  # fmt: skip
+    after = [b for b in sorted(recorder.batches) if b > before and recorder.batches[b]]
+    first = recorder.batches[after[0]]
+    assert after[0] == before + 1, "an empty batch came first"
+    assert any(r.tag == "fresh" for r in first) and not any(r.catchup for r in first)
 
 
 def test_restart_without_catchup_reads_fresh_records_after_the_backlog(

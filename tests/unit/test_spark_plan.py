@@ -533,6 +533,7 @@ class FakeFetcher:
 
     def __init__(self, highs: dict[int, int]) -> None:
         self.highs = highs
+        self.lows: dict[int, int] = {}  # first offsets still stored (DeleteRecords), default 0
         self.live, self.after, self.fetches = 0, 1, 0
 
     def marks(self, refresh: bool = False, lows: bool = False) -> dict:
@@ -541,7 +542,7 @@ class FakeFetcher:
             if self.fetches > self.after:
                 for p in self.highs:
                     self.highs[p] += self.live
-        return {(T, p): Marks(0, h) for p, h in self.highs.items()}
+        return {(T, p): Marks(self.lows.get(p, 0), h) for p, h in self.highs.items()}
 
     def topics(self) -> dict:
         return {T: sorted(self.highs)}
@@ -600,6 +601,26 @@ def test_reader_restart_waits_in_place_for_a_live_record_then_plans_live_only() 
     nxt = reader.latestOffset(end, all_rows())
     chunks = [s for t in reader.partitions(end, nxt) for s in t.slices if s.catchup]
     assert [(s.start, s.end) for s in chunks] == [(0, 1000)]
+
+
+def test_reader_restart_after_deleted_backlog_still_waits_for_a_live_record() -> None:
+    """Records deleted below the backlog (DeleteRecords, retention) while the query was down,
+    failOnDataLoss=false: the restart batch still waits for live records and holds them
+    first. The deleted span [start, log start) used to count as live records, so the restart
+    batch was planned at once and read nothing (2 of 2 restarts in an adversary's run), and
+    the first fresh records waited for the backlog batch."""
+    reader, kafka = make_reader({0: 1000}, failOnDataLoss="false")
+    kafka.lows[0] = 300
+    kafka.live, kafka.after = 10, 3
+    start = {T: {"0": 0}}
+    end = reader.latestOffset(start, all_rows())
+    assert end == {T: {"0": [1010, [300, 1000]]}}
+    fresh = [s for t in reader.partitions(start, end) for s in t.slices if s.start >= 1000]
+    assert fresh == [Slice(T, 0, 1000, 1010, False)]
+    kafka.live = 0
+    nxt = reader.latestOffset(end, all_rows())
+    chunks = [s for t in reader.partitions(end, nxt) for s in t.slices if s.catchup]
+    assert [(s.start, s.end) for s in chunks] == [(300, 1000)]
 
 
 def test_reader_restart_without_live_records_carries_backlog_after_the_wait() -> None:
