@@ -58,6 +58,11 @@ REVOKE_WAIT_S = 10.0
 #: ...in slices this long: librdkafka's poll() does not return once it served the revoke,
 #: so a slice is what close() takes at least (50 ms made close() 50x plain's).
 _REVOKE_SLICE_S = 0.01
+#: A member that holds nothing and is still in its group after this long without a rebalance
+#: callback is left to librdkafka's close(): a hung broker keeps librdkafka from completing
+#: the unassign (and so from leaving) for as long as it hangs, and there is no more rebalance
+#: to serve then; a queued assignment and the revoke after it come within milliseconds.
+_LEAVE_QUIET_S = 0.5
 
 
 def _key(t: TopicPartition) -> Key:
@@ -98,10 +103,12 @@ class Assignments:
         self._deferred_tries = 0
         #: close() is serving the last rebalance, or is done: nothing more is planned
         self.leaving = False
+        self._served = 0  # rebalance callbacks run, for leave() to see them come
 
     # -- the rebalance callbacks ----------------------------------------------------------
     def on_assign(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance, self._assigned_in_callback = True, False
+        self._served += 1
         try:
             if self.callbacks[0] is not None:
                 # What confluent-kafka would pass. The commit logs are read after the
@@ -117,6 +124,7 @@ class Assignments:
 
     def on_revoke(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
+        self._served += 1
         try:
             if self.callbacks[1] is not None:
                 self.callbacks[1](self._owner, partitions)
@@ -133,6 +141,7 @@ class Assignments:
 
     def on_lost(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
+        self._served += 1
         try:
             # confluent-kafka calls on_revoke when no on_lost is given: so do we
             user_cb = self.callbacks[2] or self.callbacks[1]
@@ -476,7 +485,9 @@ class Assignments:
         group, not only until it holds nothing: an assignment already queued is served
         here (the unsubscribe waits for it), and so is the revoke that follows. Under the
         classic protocol librdkafka clears the member id once it left; under KIP-848 the
-        id stays, and an empty assignment after a first poll is the sign. Records fetched
+        id stays, and an empty assignment after a first poll is the sign. A member that
+        holds nothing, but cannot leave yet, goes on to close() after _LEAVE_QUIET_S with no
+        rebalance callback (a hung broker: close() keeps its bound). Records fetched
         meanwhile are dropped: they were never handed out.
         """
         self._delivery.observe(list(self._p.assigned))  # what the application got
@@ -484,11 +495,17 @@ class Assignments:
         try:
             self._primary.unsubscribe()
             deadline = time.monotonic() + REVOKE_WAIT_S
+            served, quiet_from = self._served, time.monotonic()
             while True:
                 self._primary.poll(_REVOKE_SLICE_S)
-                if not self._p.assigned and not self._in_group():
+                now = time.monotonic()
+                if self._served != served:
+                    served, quiet_from = self._served, now
+                if not self._p.assigned and (
+                    not self._in_group() or now - quiet_from >= _LEAVE_QUIET_S
+                ):
                     break
-                if time.monotonic() >= deadline:
+                if now >= deadline:
                     log.warning(
                         "close() goes on after %.0f s without this member having left its "
                         "group (a rebalance still under way): librdkafka serves the rest",
