@@ -104,6 +104,7 @@ class Assignments:
         #: close() is serving the last rebalance, or is done: nothing more is planned
         self.leaving = False
         self._served = 0  # rebalance callbacks run, for leave() to see them come
+        self._user_error: Exception | None = None  # the last the application's raised
 
     # -- the rebalance callbacks ----------------------------------------------------------
     def on_assign(self, _handle: Any, partitions: list[TopicPartition]) -> None:
@@ -116,49 +117,65 @@ class Assignments:
                 # the callback itself commits (a rewind, say) is what the plan starts from,
                 # as librdkafka fetches the committed offsets only once assign() is made.
                 given = [TopicPartition(t.topic, t.partition, t.offset) for t in partitions]
-                self.callbacks[0](self._owner, given)
-            if not self._assigned_in_callback:
-                self.apply(partitions, incremental=self._settings.incremental)
+                self._user(self.callbacks[0], given)
         finally:
-            self._in_rebalance = False
+            # confluent-kafka assigns them even when the callback raised: so do we
+            try:
+                if not self._assigned_in_callback:
+                    self.apply(partitions, incremental=self._settings.incremental)
+            finally:
+                self._in_rebalance = False
 
     def on_revoke(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
         self._served += 1
         try:
             if self.callbacks[1] is not None:
-                self.callbacks[1](self._owner, partitions)
-            keys = [_key(t) for t in partitions]
-            if self._settings.auto_commit:
-                self._committer.auto_commit(keys)
-            if self._group is not None and not self.leaving:
-                # done chunks of these partitions leave the group's offset before they go
-                # (close() settled already)
-                self._group.settle(min(5.0, self._committer.timeout_s))
-            self.retire(keys)
+                self._user(self.callbacks[1], partitions)
         finally:
-            self._in_rebalance = False
+            # confluent-kafka unassigns them even when the callback raised: so do we
+            try:
+                keys = [_key(t) for t in partitions]
+                if self._settings.auto_commit:
+                    self._committer.auto_commit(keys)
+                if self._group is not None and not self.leaving:
+                    # done chunks of these partitions leave the group's offset before they
+                    # go (close() settled already)
+                    self._group.settle(min(5.0, self._committer.timeout_s))
+                self.retire(keys)
+            finally:
+                self._in_rebalance = False
 
     def on_lost(self, _handle: Any, partitions: list[TopicPartition]) -> None:
         self._in_rebalance = True
         self._served += 1
+        keys = [_key(t) for t in partitions]
         try:
             # confluent-kafka calls on_revoke when no on_lost is given: so do we
             user_cb = self.callbacks[2] or self.callbacks[1]
-            keys = [_key(t) for t in partitions]
             if user_cb is not None:
                 self._committer.lost = frozenset(keys)
                 try:
-                    user_cb(self._owner, partitions)
+                    self._user(user_cb, partitions)
                 finally:
                     self._committer.lost = frozenset()
-            if self._settings.auto_commit:
-                # The group commit would be fenced; the child's own log still accepts
-                # its checkpoints, so the next owner resumes the backlog from there.
-                self._committer.auto_commit(keys, group=False)
-            self.retire(keys)
         finally:
-            self._in_rebalance = False
+            try:
+                if self._settings.auto_commit:
+                    # The group commit would be fenced; the child's own log still accepts
+                    # its checkpoints, so the next owner resumes the backlog from there.
+                    self._committer.auto_commit(keys, group=False)
+                self.retire(keys)
+            finally:
+                self._in_rebalance = False
+
+    def _user(self, callback: RebalanceCallback, partitions: list[TopicPartition]) -> None:
+        """The application's callback; what it raises is remembered for leave()."""
+        try:
+            callback(self._owner, partitions)
+        except Exception as exc:
+            self._user_error = exc
+            raise
 
     # -- gaining partitions -------------------------------------------------------------------
     def apply(self, partitions: list[TopicPartition], incremental: bool) -> None:
@@ -471,7 +488,7 @@ class Assignments:
             why = "can't be unassigned since it is not in the current assignment"
         raise KafkaException(KafkaError(code, f"{clash.topic} [{clash.partition}] {why}"))
 
-    def leave(self) -> None:
+    def leave(self) -> Exception | None:
         """Unsubscribe and serve the whole leaving here, before librdkafka's close().
 
         librdkafka 2.16 drops the reply to a rebalance request that reaches its group
@@ -488,16 +505,25 @@ class Assignments:
         id stays, and an empty assignment after a first poll is the sign. A member that
         holds nothing, but cannot leave yet, goes on to close() after _LEAVE_QUIET_S with no
         rebalance callback (a hung broker: close() keeps its bound). Records fetched
-        meanwhile are dropped: they were never handed out.
+        meanwhile are dropped: they were never handed out. What the application's own
+        rebalance callback raised here is returned, for close() to raise once it closed
+        everything (confluent-kafka's close() raises it; raised here, it left the handles
+        open); leaving goes on, as confluent-kafka (un)assigns after such a callback too.
         """
         self._delivery.observe(list(self._p.assigned))  # what the application got
         self._delivery.untrusted_position = self.leaving = True
+        error: Exception | None = None
         try:
             self._primary.unsubscribe()
             deadline = time.monotonic() + REVOKE_WAIT_S
             served, quiet_from = self._served, time.monotonic()
             while True:
-                self._primary.poll(_REVOKE_SLICE_S)
+                try:
+                    self._primary.poll(_REVOKE_SLICE_S)
+                except Exception as exc:
+                    if exc is not self._user_error:
+                        raise
+                    error = error or exc
                 now = time.monotonic()
                 if self._served != served:
                     served, quiet_from = self._served, now
@@ -516,3 +542,4 @@ class Assignments:
             log.warning("leaving the group before close() failed: %s", exc)
         finally:
             self._delivery.untrusted_position = False
+        return error

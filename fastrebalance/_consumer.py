@@ -544,8 +544,8 @@ class Consumer:
             if self._settings.auto_commit:
                 self._committer.commit_helped()
             self._group.settle(min(5.0, self._commit_timeout_s))
-        if self._subscribed:
-            self._assignments.leave()
+        # what the application's rebalance callback raised while leaving: raised last
+        error = self._assignments.leave() if self._subscribed else None
         self._assignments.leaving = True
         if self._group is not None:
             # the chunks still held are given back at once (bye), not after the claim timeout
@@ -570,7 +570,9 @@ class Consumer:
                 "offsets stay safe and those records will be delivered again.",
                 exc.args[0].str(),
             )
-            return
-        if self._group is not None and self._group.orphans:
-            # out of the group now: done chunks of partitions no member owns (see _orphans)
-            self._group.absorb_orphans(min(5.0, self._commit_timeout_s))
+        else:
+            if self._group is not None and self._group.orphans:
+                # out of the group now: done chunks of partitions no member owns (_orphans)
+                self._group.absorb_orphans(min(5.0, self._commit_timeout_s))
+        if error is not None:
+            raise error

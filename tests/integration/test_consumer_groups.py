@@ -362,3 +362,47 @@ def test_close_serves_a_queued_assignment_before_librdkafka_closes(
         assert [e[1] for e in served] == (["assign", "revoke"] if served[0][2] else ["assign"])
     finally:
         close_member(first, *([second] if second is not None else []))
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("raising", ["on_assign", "on_revoke"])
+def test_a_rebalance_callback_that_raises_as_confluent_kafka(
+    kafka_cluster, topic_factory, unique_group, raising, parallel
+):
+    """As confluent-kafka's: on_assign's exception comes out of poll(), the partitions
+    assigned all the same (and read, and committed); on_revoke's out of close(), once
+    everything is closed (it came out before librdkafka's handle was closed)."""
+    bs = kafka_cluster.bootstrap_servers
+    topic = topic_factory(2)
+    for p in (0, 1):
+        produce(bs, topic, 10, partition=p)
+    c = Consumer(_conf(bs, unique_group, "eager-range") | {"enable.parallel.rebalance": parallel})
+
+    def boom(_consumer, _partitions):
+        raise ValueError(f"boom in {raising}")
+
+    c.subscribe([topic], **{raising: boom})
+    got = 0
+    try:
+        deadline = time.monotonic() + 30
+        if raising == "on_assign":
+            with pytest.raises(ValueError, match="boom in on_assign"):
+                while time.monotonic() < deadline:
+                    c.poll(0.1)
+        while got < 20:
+            assert time.monotonic() < deadline, got
+            m = c.poll(0.1)
+            got += m is not None and m.error() is None
+        c.commit(asynchronous=False)
+        assert group_offsets(bs, unique_group, topic, 2) == [10, 10]
+    finally:
+        if raising == "on_revoke":
+            with pytest.raises(ValueError, match="boom in on_revoke"):
+                c.close()
+        else:
+            c.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        c.poll(0)
+    if parallel:  # librdkafka's handle itself is closed (it was left open)
+        with pytest.raises(RuntimeError, match="closed"):
+            c._primary.poll(0)
