@@ -21,7 +21,7 @@ from confluent_kafka import Consumer as _RdConsumer
 
 from ._child import Child
 from ._planning import Restored, restore
-from ._retry import Budget, call_with_retries
+from ._retry import Budget, call_with_retries, is_retriable
 from ._token import is_ours
 
 __all__ = ["PLAN_BUDGET_S", "REQUEST_TIMEOUT_S", "Planner", "Reading"]
@@ -101,13 +101,23 @@ class Planner:
             KafkaException: the group's committed offsets could not be read (the child's
                 log is optional: without it the backlog is re-read).
         """
-        got = call_with_retries(
-            lambda: self._primary.committed(
+        def read() -> list[TopicPartition]:
+            answers = self._primary.committed(
                 [TopicPartition(*k) for k in keys],
                 timeout=budget.request_timeout(REQUEST_TIMEOUT_S),
-            ),
-            max_seconds=budget.remaining(),
-        )
+            )
+            # A partition answered with a retriable error (a coordinator loading or moving)
+            # has an offset we did not get: read as "nothing committed", it would start at
+            # auto.offset.reset (latest: records skipped), or a commit would drop its
+            # pending ranges. So it is asked again; the application's committed() gets
+            # the answer as confluent-kafka gives it (``errors``).
+            for a in answers:
+                if errors is None and a.error is not None:
+                    if is_retriable(KafkaException(a.error)):
+                        raise KafkaException(a.error)
+            return answers
+
+        got = call_with_retries(read, max_seconds=budget.remaining())
         group = {(tp.topic, tp.partition): tp for tp in got}
         if errors is not None:
             errors.update({k: tp for k, tp in group.items() if tp.error is not None})

@@ -312,28 +312,53 @@ def test_close_serves_a_queued_assignment_before_librdkafka_closes(
     close(): served inside that close(), the revoke can come after the group terminated,
     and librdkafka 2.16 never answers the callback's assign, with the GIL held (seen
     freezing a whole process: 3 of 149 closes of this kind on the embedded cluster).
-    """
+    librdkafka does not always deliver that assignment (no callback at all, 2 runs in about
+    25; my reading, not checked: an unsubscribe that overtakes the SyncGroup answer drops
+    it): then the run is made again in a new group."""
     from fastrebalance import _assigning
 
     bs = kafka_cluster.bootstrap_servers
-    topic = topic_factory(2)
-    first = Consumer(_conf(bs, unique_group, protocol))
+    leave = _assigning.Assignments.leave
+    watched: list = []
+    at_close: list = []
     events: list = []
+
+    def spy(self):
+        error = leave(self)
+        if watched and self is watched[0]:  # what the second member served before close()
+            at_close.extend(e for e in events if e[0] == "second")
+        return error
+
+    monkeypatch.setattr(_assigning.Assignments, "leave", spy)
+    for attempt in range(3):
+        for held in (watched, at_close, events):
+            held.clear()
+        served = _close_with_a_queued_assignment(
+            bs, topic_factory(2), f"{unique_group}-{attempt}", protocol, events, watched
+        )
+        if served:
+            # every callback the second member got came before librdkafka's close(): the
+            # queued assignment (of no partition, a cooperative first round), and the
+            # revoke of what it held
+            assert at_close == served and served[0][1] == "assign", events
+            assert [e[1] for e in served] == (
+                ["assign", "revoke"] if served[0][2] else ["assign"]
+            )
+            return
+    pytest.fail(f"no assignment reached the second member in 3 runs: {events}")
+
+
+def _close_with_a_queued_assignment(bs, topic, group, protocol, events, watched):
+    """The second member joins and is not polled; once the first holds one partition it is
+    closed. Returns the rebalance callbacks it got, in order."""
+    first = Consumer(_conf(bs, group, protocol))
     first.subscribe(
         [topic],
         on_assign=lambda _c, p: events.append(("first", "assign")),
         on_revoke=lambda _c, p: events.append(("first", "revoke")),
     )
-    second = Consumer(_conf(bs, unique_group, protocol))
-    at_close: list = []
-    leave, watched = _assigning.Assignments.leave, second._assignments
-
-    def spy(self):
-        leave(self)
-        if self is watched:  # what the second member served before librdkafka's close()
-            at_close.extend(e for e in events if e[0] == "second")
-
-    monkeypatch.setattr(_assigning.Assignments, "leave", spy)
+    second = Consumer(_conf(bs, group, protocol))
+    watched.append(second._assignments)
     try:
         deadline = time.monotonic() + 30
         while len(first.assignment()) < 2:
@@ -354,12 +379,7 @@ def test_close_serves_a_queued_assignment_before_librdkafka_closes(
         assert not any(e[0] == "second" for e in events), events
         closed, second = second, None
         closed.close()
-        # every callback the second member got came before librdkafka's close(): the
-        # queued assignment (of no partition, a cooperative first round), and the revoke
-        # of what it held
-        served = [e for e in events if e[0] == "second"]
-        assert at_close == served and served[0][1] == "assign", events
-        assert [e[1] for e in served] == (["assign", "revoke"] if served[0][2] else ["assign"])
+        return [e for e in events if e[0] == "second"]
     finally:
         close_member(first, *([second] if second is not None else []))
 
