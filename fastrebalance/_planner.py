@@ -112,9 +112,8 @@ class Planner:
             # pending ranges. So it is asked again; the application's committed() gets
             # the answer as confluent-kafka gives it (``errors``).
             for a in answers:
-                if errors is None and a.error is not None:
-                    if is_retriable(KafkaException(a.error)):
-                        raise KafkaException(a.error)
+                if errors is None and a.error is not None and is_retriable(KafkaException(a.error)):
+                    raise KafkaException(a.error)
             return answers
 
         got = call_with_retries(read, max_seconds=budget.remaining())
