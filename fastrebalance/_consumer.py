@@ -176,6 +176,7 @@ class Consumer:
         )
         if group is not None:
             group.write_group = self._committer.write_absorbed
+            group.read_alone = self._assignments.read_alone
             reporter.group = delivery.group = group
         # The hot path is delivery's own frame: no facade frame in between.
         self.poll = delivery.poll  # type: ignore[method-assign]
