@@ -114,6 +114,8 @@ def test_default_claims_topics_of_two_groups_never_collide_in_kafka() -> None:
     a, b = default_claims_topic("app_1"), default_claims_topic("app.1")
     assert _kafka_collision_key(a) != _kafka_collision_key(b)
     assert default_claims_topic("orders") == "orders.catchup.claims"  # a plain id reads as it is
+    # docs/configuration.md's examples
+    assert (a, b) == ("app-u1.catchup.claims", "app-d1.catchup.claims")
     settings, _ = split_config({**BASE, "group.id": "svc/orders", GROUP_KEY: True})
     assert re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", settings.claims_topic)  # any group.id
 
