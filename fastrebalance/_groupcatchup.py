@@ -174,7 +174,11 @@ class GroupCatchup:
         self._names = frozenset(t for t in topics if not t.startswith("^"))
         self._patterns = tuple(t for t in topics if t.startswith("^"))
         self._subscribed = True
-        self.helping = True
+        self.helping = self.unusable is None
+        if self._log.topic in self._names and self.unusable is None:
+            # the application reads it: claims records would be handed to its code, and
+            # its records would be read as claims
+            self._fall_back(f"claims topic {self._log.topic} is a topic this member subscribes to")
 
     def _reads(self, topic: str) -> bool:
         """A named topic, or (a pattern subscription, or none) one of the assignment's:
@@ -335,6 +339,7 @@ class GroupCatchup:
         offset no ``done`` took out, and its child reads them all; a helper that held a
         chunk commits nothing of it into the group (it owns none of the partition)."""
         self.unusable = why
+        self.helping = False
         log.error("group-wide catch-up is off for this member: %s. Its backlogs are read by "
                   "its own catch-up consumer instead (as with parallel.rebalance.group."
                   "catchup=false). Check the topic's name, ACLs and the broker, or set %s",

@@ -603,3 +603,27 @@ def test_a_claims_log_down_past_the_bound_falls_back_and_not_before() -> None:
     assert alone == [] and g.unusable is None  # a broker restart may take this long
     g.tick(t0 + START_GIVE_UP_S + 1)
     assert alone == [[KEY]] and g.unusable is not None
+
+
+def test_a_claims_topic_the_member_subscribes_to_is_never_used() -> None:
+    g = GroupCatchup(SETTINGS, {}, Child(), member="a")  # type: ignore[arg-type]
+    g.subscribed(["orders", SETTINGS.claims_topic])
+    assert g.unusable is not None and "subscribes to" in g.unusable
+    assert not g.helping
+
+
+@pytest.mark.parametrize(
+    ("code", "final"),
+    [("TOPIC_EXCEPTION", True), ("TOPIC_AUTHORIZATION_FAILED", True),
+     ("GROUP_AUTHORIZATION_FAILED", True), ("POLICY_VIOLATION", True),
+     ("_TRANSPORT", False), ("_TIMED_OUT", False), ("NOT_LEADER_FOR_PARTITION", False),
+     ("LEADER_NOT_AVAILABLE", False)],
+)  # fmt: skip
+def test_which_claims_log_failures_are_final(code: str, final: bool) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from fastrebalance._claimslog import UnusableClaimsTopic, permanent
+
+    assert permanent(KafkaException(KafkaError(getattr(KafkaError, code)))) is final
+    assert permanent(UnusableClaimsTopic("3 partitions"))
+    assert not permanent(RuntimeError("closed"))
