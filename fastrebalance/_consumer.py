@@ -264,6 +264,10 @@ class Consumer:
         a.callbacks = self._user_callbacks
         self._subscribed = True
         if self._group is not None:
+            if self._settings.auto_commit:
+                # as the revoke of a topic left: what the application got of chunks of a
+                # topic it no longer reads is processed, by the auto-commit's contract
+                self._committer.commit_helped()
             self._group.subscribed(topics)
         self._primary.subscribe(
             topics, on_assign=a.on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
@@ -275,6 +279,11 @@ class Consumer:
     def unsubscribe(self) -> None:
         self._primary.unsubscribe()
         if self._group is not None:
+            if self._settings.auto_commit:
+                # what the application got of its chunks is processed, by the auto-commit's
+                # contract, as close() takes it (issue 45: all 7,000 records a helper had
+                # been handed were read again by the owner after its unsubscribe())
+                self._committer.commit_helped()
             self._group.stop_helping()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -474,8 +483,20 @@ class Consumer:
         """Seek the primary. The child keeps its ranges: seeking changes what is read,
         not what was processed. A backward seek below where the primary started re-reads
         backlog records (they come twice) and claims them only once re-delivered; a
-        forward seek skips fresh records as a plain consumer's does."""
-        self._delivery.seek(check.partition(partition))
+        forward seek skips fresh records as a plain consumer's does. With group-wide
+        catch-up, a seek of a partition this member only helps with, into a chunk it holds,
+        gives the chunks from there on back to the group: their records are delivered
+        again, here or to another member."""
+        tp = check.partition(partition)
+        key = (tp.topic, tp.partition)
+        if (
+            self._group is not None
+            and key not in self._partitions.assigned
+            and key not in self._partitions.deferred
+            and self._group.seek_back(key, tp.offset)
+        ):
+            return
+        self._delivery.seek(tp)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._primary.pause(check.partition_list(partitions))
