@@ -174,6 +174,7 @@ class Consumer:
             self._settings,
             group,
         )
+        reporter.commit_failed = self._committer.commit_failed
         if group is not None:
             group.write_group = self._committer.write_absorbed
             group.read_alone = self._assignments.read_alone
@@ -190,6 +191,7 @@ class Consumer:
         self._reporter.publish_if_due(now)
         self._assignments.plan_deferred_if_due(now)
         if self._group is not None:
+            self._committer.rewrite_failed(now)
             self._group.tick(now)
 
     # -- misc ---------------------------------------------------------------------------------

@@ -208,3 +208,49 @@ def test_seek_back_to_a_chunk_record_delivers_it_again(
                     c.commit(asynchronous=True)
 
         _until(lambda: bad in again, step, 60, f"record {bad} was not delivered again")
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_committing_the_offset_after_each_record_moves_the_group_past_the_backlog(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    kip848: tuple[bool, str],
+    protocol: str,
+) -> None:
+    # issue 45: the textbook commit(offsets=[TopicPartition(t, p, m.offset() + 1)]) claimed no
+    # record read for the group: the offsets stayed 0/0/0 for 30 s after the drain, until a
+    # final bare commit()
+    from .helpers import group_offsets
+
+    topic = topic_factory(1)
+    with _owner_and_helper(kafka_cluster, topic, unique_group, protocol, kip848) as (
+        owner,
+        helper,
+    ):
+        helper.subscribe([topic])
+        seen: set[int] = set()
+
+        def step() -> None:
+            for c in (owner, helper):
+                msgs = _read(c, seen, 500)
+                if msgs:
+                    last = msgs[-1]
+                    c.commit(
+                        offsets=[TopicPartition(topic, 0, last.offset() + 1)], asynchronous=True
+                    )
+
+        _until(lambda: len(seen) >= BACKLOG, step, 90, lambda: f"{len(seen)} of {BACKLOG}")
+        _until(
+            lambda: (
+                group_offsets(kafka_cluster.bootstrap_servers, unique_group, topic)[0] >= BACKLOG
+            ),
+            step,
+            30,
+            lambda: (
+                group_offsets(kafka_cluster.bootstrap_servers, unique_group, topic),
+                owner.catchup_status(),
+                helper.catchup_status(),
+            ),
+        )

@@ -677,3 +677,4 @@ def test_seeking_back_into_a_held_chunk_gives_it_back_from_there() -> None:
     assert (s + 5, s + 10) in read and all(e <= s or st >= s + 5 for st, e in read)
     assert not a.g.seek_back(KEY, s + 5)  # nothing held any more: not a chunk of its
     assert not a.g.seek_back(("other", 0), 3)
+
