@@ -288,7 +288,7 @@ class Assignments:
             settings.lag_threshold,
             requested,
             exact_token_bytes=exact,
-            from_start=settings.catch_up_uncommitted and settings.reset_offset == OFFSET_BEGINNING,
+            from_start=self._planner.uncommitted,
         )
         if plan.declined is not None:
             log.warning(

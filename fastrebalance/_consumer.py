@@ -32,8 +32,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from . import _arguments as check
 from ._assigning import Assignments
@@ -147,7 +147,12 @@ class Consumer:
             conf.get("error_cb"),
             user_on_commit,
         )
-        self._planner = planner = Planner(self._primary, child)
+        settings = self._settings
+        self._planner = planner = Planner(
+            self._primary,
+            child,
+            uncommitted=settings.catch_up_uncommitted and settings.reset_offset == OFFSET_BEGINNING,
+        )
         self._delivery = delivery = Delivery(
             self._primary, child, partitions, self._settings, self._between_calls
         )
