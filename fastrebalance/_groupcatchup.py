@@ -23,6 +23,16 @@ the chunk's holder sends, after its application committed every offset of the ch
 member that dies stops heartbeating: its chunks become free after the claim timeout (log
 time) and are claimed and read again (records delivered twice only after a crash).
 
+Lineage: a *done* is true of the backlog it was written for, not of the same offsets read
+again later (an operator's reset to the earliest offset, a group made again under the same
+id: the grid cuts them into the same chunks). So every backlog has a lineage, a random name
+the owner draws when its plan made offsets pending that the group's token did not hold
+(``_planning``), carried by the group's token (``~fr2``) to the next owner, and by every
+offer, claim, done and release. An owner absorbs only its own lineage's done chunks, and
+an offer in a new lineage starts a chunk afresh. The cost: a new lineage reads again the
+chunks done but not yet absorbed, and takes over the chunks in flight (after a crash that
+left a new backlog above the old one): records delivered twice, never skipped.
+
 Thread ownership: everything here, and the claims log's handles (``_claimslog``), belongs
 to the thread that calls the facade (the user's thread), like the primary and the child.
 """
@@ -123,10 +133,13 @@ class GroupCatchup:
         self._hb_every_s = settings.claim_timeout_ms / 3000.0
         self._helped: dict[Key, _Helped] = {}
         self._held: set[ChunkKey] = set()
+        #: the lineage each held chunk was won in: its done and release name it
+        self._held_lineage: dict[ChunkKey, str] = {}
         self._claiming: ChunkKey | None = None
         self._claim_sent_at = 0.0
         self._owned: dict[Key, Ledger] = {}
-        self._offering: dict[Key, RangeSet] = {}
+        #: per owned partition: the lineage and the ranges offered in it, not read back yet
+        self._offering: dict[Key, tuple[str, RangeSet]] = {}
         self._absorb_due = False
         self._last_sent = 0.0
         self._next_tick = 0.0
@@ -151,12 +164,12 @@ class GroupCatchup:
         self._handed_back: set[ChunkKey] = set()
         #: chunks offered by this tick: claimable at once (the log takes the claim after
         #: the offer: it wins), not a round trip later, once the offer is read back
-        self._offered_now: list[ChunkKey] = []
+        self._offered_now: list[tuple[ChunkKey, str]] = []
         #: partitions this member declared chunks of done (as a helper)
         self._done_sent: set[Key] = set()
-        #: at close(): the done pieces of partitions this member helped with but did not
-        #: own, for ``absorb_orphans`` once it has left the group
-        self.orphans: dict[Key, list[tuple[int, int]]] = {}
+        #: at close(): the done pieces, per lineage, of partitions this member helped with
+        #: but did not own, for ``absorb_orphans`` once it has left the group
+        self.orphans: dict[Key, dict[str, list[tuple[int, int]]]] = {}
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
         #: hands owned partitions to this member's child, to read their backlogs alone
@@ -195,8 +208,8 @@ class GroupCatchup:
             self.read_alone([key for key, _ in work])
             return
         for key, ledger in work:
+            _lineage(ledger)  # before anything is offered or committed
             self._owned[key] = ledger
-            self._offering.setdefault(key, RangeSet())
             self._absorb_due = True
         self._next_tick = 0.0
 
@@ -214,7 +227,7 @@ class GroupCatchup:
         for key, ledger in self._owned.items():
             if not ledger.ranges or ledger.position is None:
                 continue
-            done = self._state.done(*key)
+            done = self._state.done(*key, _lineage(ledger))
             hit = False
             for s, e in done:
                 if e <= ledger.position and ledger.ranges.last_overlapping(s, e) is not None:
@@ -229,8 +242,12 @@ class GroupCatchup:
     def _offer(self) -> None:
         """Offer what each owned ledger holds pending that no chunk covers yet."""
         for key, ledger in self._owned.items():
-            offering = self._offering.setdefault(key, RangeSet())
-            known = self._state.known(*key)
+            lineage = _lineage(ledger)
+            was = self._offering.get(key)
+            if was is None or was[0] != lineage:
+                was = self._offering[key] = (lineage, RangeSet())
+            offering = was[1]
+            known = self._state.known(*key, lineage)
             for s, e in known:
                 offering.remove(s, e)
             if not ledger.ranges:
@@ -245,10 +262,10 @@ class GroupCatchup:
             chunks = cut_chunks(todo, self._chunk)
             for i in range(0, len(chunks), _OFFER_BATCH):
                 batch = tuple(chunks[i : i + _OFFER_BATCH])
-                self._send(ClaimRecord("offer", self.member, key[0], key[1], batch))
+                self._send(ClaimRecord("offer", self.member, key[0], key[1], batch, lineage))
             for s, e in chunks:
                 offering.add(s, e)
-                self._offered_now.append((key[0], key[1], s, e))
+                self._offered_now.append(((key[0], key[1], s, e), lineage))
             self.chunks_offered += len(chunks)
             log.info("%s [%d]: offered %d chunks of its backlog to the group", *key, len(chunks))
 
@@ -416,14 +433,25 @@ class GroupCatchup:
                     key = (rec.topic, rec.partition, *rec.chunks[0])
                     if key in self._handed_back:
                         continue  # its done follows: nothing to read
-                    won = state.last_holder(key) == self.member and key not in self._held
-                    if won and not self.helping:
-                        self._send(ClaimRecord("release", self.member, *key[:2], (key[2:],)))
+                    won = (
+                        state.last_holder(key) == self.member
+                        and state.lineage(key) == rec.lineage
+                        and key not in self._held
+                    )
+                    if won and (not self.helping or self._overlaps_held(key)):
+                        # (overlapping: another lineage's chunk of offsets this member
+                        # reads already; holding both, one's commits would finish the other)
+                        self._send(
+                            ClaimRecord(
+                                "release", self.member, *key[:2], (key[2:],), rec.lineage
+                            )
+                        )
+                        won = False
                     elif won:
                         # also a claim given up on (_CLAIM_GIVE_UP_S) that the log took
                         # after all: the log names this member, so it must read the chunk
                         # (ignored, it stayed held for ever by a live member: repro/r09)
-                        self._won(key)
+                        self._won(key, rec.lineage)
                     if key == self._claiming:
                         self._claiming = None
                         if not won:
@@ -436,16 +464,22 @@ class GroupCatchup:
         self._last_sent = time.monotonic()
 
     # -- the helper's part ----------------------------------------------------------------------
-    def _won(self, ck: ChunkKey) -> None:
+    def _overlaps_held(self, ck: ChunkKey) -> bool:
+        return any(
+            h[:2] == ck[:2] and h[2] < ck[3] and ck[2] < h[3] for h in self._held if h != ck
+        )
+
+    def _won(self, ck: ChunkKey, lineage: str) -> None:
         key: Key = (ck[0], ck[1])
         h = self._helped.get(key)
         if h is None:
             h = self._helped[key] = _Helped()
         self._held.add(ck)
+        self._held_lineage[ck] = lineage
         h.ledger.ranges.add(ck[2], ck[3])
-        # offsets some member already processed (a member that closed mid-chunk handed
-        # back what it committed: _hand_back) are not read again
-        for s, e in self._state.done(*key):
+        # offsets some member already processed in this lineage (a member that closed
+        # mid-chunk handed back what it committed: _hand_back) are not read again
+        for s, e in self._state.done(*key, lineage):
             if s < ck[3] and e > ck[2]:
                 h.ledger.ranges.remove(max(s, ck[2]), min(e, ck[3]))
         h.queue.append(ck)
@@ -465,13 +499,15 @@ class GroupCatchup:
             self._hand_back()
         for ck in sorted(self._held):
             if self._log.started:
-                self._send(ClaimRecord("release", self.member, ck[0], ck[1], (ck[2:],)))
+                lineage = self._held_lineage.get(ck, "")
+                self._send(ClaimRecord("release", self.member, *ck[:2], (ck[2:],), lineage))
             self._drop(ck, "given back: the member unsubscribed", lost=False)
 
     def _drop(self, ck: ChunkKey, why: str, lost: bool = True) -> None:
         key: Key = (ck[0], ck[1])
         h = self._helped[key]
         self._held.discard(ck)
+        self._held_lineage.pop(ck, None)
         if ck in h.queue:
             h.queue.remove(ck)
         if ck in h.chain:
@@ -484,9 +520,13 @@ class GroupCatchup:
 
     def _check_lost(self) -> None:
         """Chunks another member claimed after this one's claim expired (this member was
-        too slow to heartbeat): stop reading them; that member reads them again."""
+        too slow to heartbeat): stop reading them; that member reads them again. Likewise
+        a chunk offered again in another lineage (a new backlog of the same offsets): what
+        this member committed of it belongs to the old one."""
         for ck in list(self._held):
-            if self._state.last_holder(ck) != self.member:
+            if self._state.lineage(ck) != self._held_lineage.get(ck):
+                self._drop(ck, "offered again in a new backlog lineage")
+            elif self._state.last_holder(ck) != self.member:
                 self._drop(ck, "claimed by another member after this member's claim expired")
 
     def _mark_read(self, key: Key, h: _Helped) -> None:
@@ -574,7 +614,11 @@ class GroupCatchup:
             self._publish_done(key)
 
     def _maybe_claim(self, now: float) -> None:
-        offered, self._offered_now = self._offered_now, []
+        offered_now, self._offered_now = self._offered_now, []
+        # the lineage each claim names: that of this member's offer just sent (the log
+        # takes it first), else the one the log holds
+        offered_in = dict(offered_now)
+        offered = list(offered_in)
         if self._claiming is not None or not self.helping:
             return
         # a partition the application paused reads nothing: its chunks are no work ahead,
@@ -588,7 +632,10 @@ class GroupCatchup:
         free = [
             ck
             for ck in [*self._state.free(), *offered]
-            if ck not in self._held and not paused(ck[:2]) and self._reads(ck[0])
+            if ck not in self._held
+            and not paused(ck[:2])
+            and self._reads(ck[0])
+            and not self._overlaps_held(ck)
         ]
         if not free:
             return
@@ -596,7 +643,10 @@ class GroupCatchup:
         log.debug("claim %s", ck)
         self._claiming = ck
         self._claim_sent_at = now
-        self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],)))
+        lineage = offered_in.get(ck)
+        if lineage is None:
+            lineage = self._state.lineage(ck) or ""
+        self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],), lineage))
 
     def _pick(self, free: list[ChunkKey], offered: list[ChunkKey]) -> ChunkKey:
         """Which free chunk to claim.
@@ -649,8 +699,9 @@ class GroupCatchup:
                 continue
             if h.ledger.ranges.last_overlapping(ck[2], ck[3]) is None:
                 self._held.discard(ck)
+                lineage = self._held_lineage.pop(ck, "")
                 h.runs.pop(ck, None)
-                self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],)))
+                self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],), lineage))
                 self._done_sent.add(key)
                 log.debug("done %s", ck)
                 self.chunks_done += 1
@@ -786,7 +837,10 @@ class GroupCatchup:
             self._log.send(ClaimRecord("bye", self.member))
             helped = self._done_sent - self._owned.keys()
             if helped and self._read_to_end(timeout_s):
-                self.orphans = {k: list(self._state.done(*k)) for k in sorted(helped)}
+                self.orphans = {
+                    k: {lin: list(done) for lin, done in self._state.done_lineages(*k).items()}
+                    for k in sorted(helped)
+                }
         self._log.close(timeout_s)
 
     def absorb_orphans(self, timeout_s: float) -> None:
@@ -817,16 +871,27 @@ class GroupCatchup:
                 committed.remove(s, e)
             if not committed or not pending:
                 continue  # nothing committed, or all of it (done already sent)
+            lin = self._held_lineage.get(ck, "")
+            if self._state.lineage(ck) != lin:
+                continue  # offered again in another lineage: what was committed is the old one's
             pieces = tuple(committed)
-            self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces))
+            self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces, lin))
             self._done_sent.add((ck[0], ck[1]))
             for piece in pieces:
                 self._handed_back.add((ck[0], ck[1], *piece))
-                self._log.send(ClaimRecord("claim", self.member, ck[0], ck[1], (piece,)))
-                self._log.send(ClaimRecord("done", self.member, ck[0], ck[1], (piece,)))
+                self._log.send(ClaimRecord("claim", self.member, *ck[:2], (piece,), lin))
+                self._log.send(ClaimRecord("done", self.member, *ck[:2], (piece,), lin))
             log.info("%s [%d] chunk [%d, %d): handed back %d committed offsets",
                      *ck, committed.count())  # fmt: skip
 
+
+
+def _lineage(ledger: Ledger) -> str:
+    """The owned ledger's backlog lineage, drawn afresh where it has none (a plan that made
+    new offsets pending, a rewind): the group's next commit carries it to the next owner."""
+    if not ledger.lineage:
+        ledger.lineage = uuid.uuid4().hex[:16]
+    return ledger.lineage
 
 
 def _unclaimed(h: _Helped, handed: Iterable[tuple[int, int]]) -> list[Claim]:

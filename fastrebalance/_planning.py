@@ -48,13 +48,14 @@ class Restored:
     ranges: RangeSet = field(default_factory=RangeSet)
     user_metadata: str = ""
     problem: str | None = None  #: why a token was ignored (to log once)
+    lineage: str = ""  #: the token's backlog lineage (group-wide catch-up)
 
     @property
     def safe_offset(self) -> int | None:
         return self.ledger().safe_offset
 
     def ledger(self) -> Ledger:
-        return Ledger(self.position, self.ranges.copy())
+        return Ledger(self.position, self.ranges.copy(), self.lineage)
 
 
 def restore(
@@ -95,7 +96,7 @@ def restore(
         cp, problem = None, f"ignored child checkpoint: {exc}"
     if cp is not None and checkpoint_applies(cp, ranges):
         ranges.remove(cp.start, cp.offset)
-    return Restored(token.position, ranges, token.user_metadata, problem)
+    return Restored(token.position, ranges, token.user_metadata, problem, token.lineage)
 
 
 def checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
@@ -204,7 +205,19 @@ def plan_assignment(
         start = requested
         floor = min(run_start, position)
     deleted = tuple(ledger.drop_below(low)) if low > 0 else ()
+    if not _within(ledger.ranges, restored.ranges):
+        # offsets became pending that the token did not hold: done records of its lineage
+        # may name them (the offsets of a backlog read before, and read again now)
+        ledger.lineage = ""
     return Plan(start, ledger, floor, run_start, deleted, added, declined)
+
+
+def _within(ranges: RangeSet, outer: RangeSet) -> bool:
+    """Whether every offset of ``ranges`` is in ``outer``."""
+    left = ranges.copy()
+    for s, e in outer:
+        left.remove(s, e)
+    return not left
 
 
 def checkpoint_is_stale(cp: ChildCheckpoint, added: tuple[int, int]) -> bool:

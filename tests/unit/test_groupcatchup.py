@@ -329,7 +329,8 @@ def test_a_chunk_whose_every_offset_is_done_is_done_without_reading() -> None:
     a, b, shared, clock = _team()
     owner = Member("o", shared, clock)
     owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
-    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 10)])))])
+    ledger = Ledger(100, RangeSet([(0, 10)]))
+    owner.g.own([(KEY, ledger)])
     owner.tick()
     b.tick()
     b.tick()
@@ -337,8 +338,9 @@ def test_a_chunk_whose_every_offset_is_done_is_done_without_reading() -> None:
     b.tick()
     b.g.commit({KEY: _claims(b, 9)}, sync=False, timeout_s=1)
     assert _kinds(shared, "b", "done") == [(0, 10)]
-    # an offer of a piece of a done chunk, claimed by a: done at once, nothing read
-    shared.append((ClaimRecord("offer", "o", "t", 0, ((2, 6),)), clock[0]))
+    # an offer of a piece of a done chunk (in its lineage), claimed by a: done at once,
+    # nothing read
+    shared.append((ClaimRecord("offer", "o", "t", 0, ((2, 6),), ledger.lineage), clock[0]))
     a.tick()
     a.tick()
     a.tick()
@@ -603,3 +605,111 @@ def test_a_claims_log_down_past_the_bound_falls_back_and_not_before() -> None:
     assert alone == [] and g.unusable is None  # a broker restart may take this long
     g.tick(t0 + START_GIVE_UP_S + 1)
     assert alone == [[KEY]] and g.unusable is not None
+
+
+# -- lineages: a done is true of the backlog it was written for -------------------------------
+def _offers(shared: list[Any]) -> list[tuple[tuple[int, int], str]]:
+    return [(c, rec.lineage) for rec, _ in shared if rec.kind == "offer" for c in rec.chunks]
+
+
+def test_done_chunks_of_an_earlier_reading_are_not_absorbed_into_a_new_one() -> None:
+    # issue 48: a member drained a backlog; an operator reset the group to 0 (our token
+    # dropped) and a new member planned [0, end) again: the grid cut it into the chunks
+    # the claims log said were done, and the owner absorbed them unread (6,000 of 8,000
+    # records never delivered, the group's offset past them)
+    a, b, shared, clock = _team()
+    first = Ledger(100, RangeSet([(0, 20)]))
+    a.g.own([(KEY, first)])
+    assert first.lineage  # drawn before anything is offered
+    assert sorted(_read_every_chunk(a, 8)) == [(0, 10), (10, 20)]
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    a.tick()
+    assert not first.ranges  # drained: done and absorbed
+    a.g.close(1)
+    # the reset: the same offsets are pending again, in a ledger with no lineage
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    again = Ledger(100, RangeSet([(0, 20)]))
+    owner.g.own([(KEY, again)])
+    assert again.lineage and again.lineage != first.lineage
+    for _ in range(3):
+        owner.tick()
+    assert again.ranges.as_tuple() == ((0, 20),)  # nothing absorbed unread
+    assert owner.writes == []
+    assert [c for c, lin in _offers(shared) if lin == again.lineage] == [(0, 10), (10, 20)]
+    # the chunks are free again, in the new lineage: read, committed, done, absorbed
+    assert sorted(_read_every_chunk(b, 8)) == [(0, 10), (10, 20)]
+    b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
+    done = [(rec.chunks[0], rec.lineage) for rec, _ in shared if rec.kind == "done"]
+    assert sorted(done[-2:]) == [((0, 10), again.lineage), ((10, 20), again.lineage)]
+    owner.tick()
+    assert not again.ranges and owner.writes == [[KEY]]
+
+
+def test_the_next_owner_of_the_same_lineage_absorbs_what_was_done_before() -> None:
+    """An owner that crashed mid-catch-up: the next one restores its token (the lineage
+    with it), and the chunks done meanwhile leave its ledger without being read again."""
+    _, b, shared, clock = _team()
+    first = Ledger(100, RangeSet([(0, 20)]))
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, first)])
+    owner.tick()
+    assert sorted(_read_every_chunk(b, 8)) == [(0, 10), (10, 20)]
+    b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
+    assert sorted(_kinds(shared, "b", "done")) == [(0, 10), (10, 20)]
+    # the owner died before it read the done records; the next restores its last token
+    token = first.token()
+    assert token is not None and token.lineage == first.lineage
+    nxt = Member("n", shared, clock)
+    restored = Ledger(token.position, RangeSet(token.ranges), token.lineage)
+    nxt.g.own([(KEY, restored)])
+    nxt.tick()
+    assert not restored.ranges and nxt.writes == [[KEY]]
+    assert len(_offers(shared)) == 2  # nothing offered again
+
+
+def test_a_helper_drops_a_chunk_offered_again_in_another_lineage() -> None:
+    _, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    ledger = Ledger(100, RangeSet([(0, 10)]))
+    owner.g.own([(KEY, ledger)])
+    owner.tick()
+    b.tick()
+    b.tick()
+    assert b.g._held == {("t", 0, 0, 10)} and KEY in b.child.cursors
+    # another owner offers the same offsets in a new lineage (the group reads them again)
+    shared.append((ClaimRecord("offer", "n", "t", 0, ((0, 10),), "fresh"), clock[0]))
+    b.tick()
+    # the old lineage's chunk is gone: b stops reading it (and may claim the new one)
+    assert KEY in b.child.stopped and b.g.chunks_lost == 1
+    claims = [(rec.chunks[0], rec.lineage) for rec, _ in shared if rec.kind == "claim"]
+    assert claims == [((0, 10), ledger.lineage), ((0, 10), "fresh")]
+    b.tick()
+    assert b.g._held == {("t", 0, 0, 10)} and b.g._held_lineage[("t", 0, 0, 10)] == "fresh"
+    b.child.hand_all(KEY)
+    b.g.commit(b.g.handed({}), sync=False, timeout_s=1)
+    assert [rec.lineage for rec, _ in shared if rec.kind == "done"] == ["fresh"]
+    owner.tick()
+    assert ledger.ranges.as_tuple() == ((0, 10),)  # not its lineage: nothing absorbed
+
+
+def test_a_rewound_ledger_offers_in_a_new_lineage() -> None:
+    """A rewind (the primary's position went back: a topic recreated) makes processed
+    offsets unprocessed again: the owner draws a new lineage before it offers them."""
+    a, _, shared, _ = _team()
+    a.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    ledger = Ledger(100, RangeSet([(0, 10)]))
+    a.g.own([(KEY, ledger)])
+    a.tick()
+    old = ledger.lineage
+    ledger.rewind(0)
+    ledger.split_at(30)  # (a plan would do this) [0, 30) is backlog again
+    a.tick()
+    assert ledger.lineage and ledger.lineage != old
+    assert [c for c, lin in _offers(shared) if lin == ledger.lineage] == [
+        (0, 10),
+        (10, 20),
+        (20, 30),
+    ]
