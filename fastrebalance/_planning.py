@@ -205,19 +205,14 @@ def plan_assignment(
         start = requested
         floor = min(run_start, position)
     deleted = tuple(ledger.drop_below(low)) if low > 0 else ()
-    if not _within(ledger.ranges, restored.ranges):
-        # offsets became pending that the token did not hold: done records of its lineage
-        # may name them (the offsets of a backlog read before, and read again now)
-        ledger.lineage = ""
+    # The ledger keeps the token's backlog lineage (group-wide catch-up), a range added or
+    # not: a done record of that lineage is a fact about these very records, since
+    # everything that makes processed offsets unprocessed again ends the lineage (an
+    # operator's reset drops or moves the token, a rewind commit writes none, a rewind in
+    # memory clears it, a group or topic deleted takes the token with it). Dropping it
+    # whenever a range was added (any owner change under load) had every new owner offer
+    # the whole backlog afresh: 3 members read 44,000-52,000 records of a 30,000 backlog.
     return Plan(start, ledger, floor, run_start, deleted, added, declined)
-
-
-def _within(ranges: RangeSet, outer: RangeSet) -> bool:
-    """Whether every offset of ``ranges`` is in ``outer``."""
-    left = ranges.copy()
-    for s, e in outer:
-        left.remove(s, e)
-    return not left
 
 
 def checkpoint_is_stale(cp: ChildCheckpoint, added: tuple[int, int]) -> bool:

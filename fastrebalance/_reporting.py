@@ -229,6 +229,10 @@ class Reporter:
         application's callback."""
         if err is not None or any(tp.error is not None for tp in partitions):
             self.group_commit_failures += 1
+        if self.group is not None and err is None:
+            self.group.group_committed(
+                (tp.topic, tp.partition) for tp in partitions if tp.error is None
+            )
         if self._user_on_commit is not None:
             self._user_on_commit(err, partitions)
 

@@ -108,8 +108,13 @@ class Member:
         self.g._log = Log(shared, clock)  # type: ignore[assignment]
         self.g.subscribed([KEY[0], "^other-.*"])
         self.writes: list[list[Any]] = []
-        self.g.write_group = self.writes.append
+        self.g.write_group = self._write_group
         self.now = time.monotonic()
+
+    def _write_group(self, keys: list[Any]) -> None:
+        """The group's commit, taken by the broker at once (its on_commit)."""
+        self.writes.append(keys)
+        self.g.group_committed(keys)
 
     def tick(self) -> None:
         self.now += 1.0  # past the tick's throttle and the heartbeat interval
@@ -446,7 +451,8 @@ def test_settle_absorbs_the_members_own_last_done_before_it_leaves() -> None:
     a.g.commit(a.g.handed({}), sync=True, timeout_s=1.0)
     a.g.settle(1.0)
     assert _kinds(shared, "a", "done") == [(0, 10)]
-    assert not ledger.ranges and a.writes == [[KEY]]
+    # (the first write: the group's token carrying the backlog's new lineage)
+    assert not ledger.ranges and a.writes == [[KEY], [KEY]]
 
 
 def _last_free(monkeypatch: Any) -> None:
@@ -635,7 +641,7 @@ def test_done_chunks_of_an_earlier_reading_are_not_absorbed_into_a_new_one() -> 
     for _ in range(3):
         owner.tick()
     assert again.ranges.as_tuple() == ((0, 20),)  # nothing absorbed unread
-    assert owner.writes == []
+    assert owner.writes == [[KEY]]  # the new lineage, in the group's token
     assert [c for c, lin in _offers(shared) if lin == again.lineage] == [(0, 10), (10, 20)]
     # the chunks are free again, in the new lineage: read, committed, done, absorbed
     assert sorted(_read_every_chunk(b, 8)) == [(0, 10), (10, 20)]
@@ -643,7 +649,7 @@ def test_done_chunks_of_an_earlier_reading_are_not_absorbed_into_a_new_one() -> 
     done = [(rec.chunks[0], rec.lineage) for rec, _ in shared if rec.kind == "done"]
     assert sorted(done[-2:]) == [((0, 10), again.lineage), ((10, 20), again.lineage)]
     owner.tick()
-    assert not again.ranges and owner.writes == [[KEY]]
+    assert not again.ranges and owner.writes == [[KEY], [KEY]]
 
 
 def test_the_next_owner_of_the_same_lineage_absorbs_what_was_done_before() -> None:
@@ -706,10 +712,49 @@ def test_a_rewound_ledger_offers_in_a_new_lineage() -> None:
     old = ledger.lineage
     ledger.rewind(0)
     ledger.split_at(30)  # (a plan would do this) [0, 30) is backlog again
+    a.tick()  # draws a new lineage, for the next write to carry
     a.tick()
     assert ledger.lineage and ledger.lineage != old
+    assert a.writes == [[KEY], [KEY]]
     assert [c for c, lin in _offers(shared) if lin == ledger.lineage] == [
         (0, 10),
         (10, 20),
         (20, 30),
     ]
+
+
+def test_the_group_token_carries_a_new_lineage_before_any_chunk_is_offered() -> None:
+    """So that the next owner (a rebalance moved the partition before any commit) inherits
+    it, and with it the chunks offered and done meanwhile: without it, 3 members read
+    44,000-52,000 records of a 30,000 backlog (each owner offered it all afresh)."""
+    a, _, shared, _ = _team()
+    a.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    ledger = Ledger(100, RangeSet([(0, 20)]))
+    written: list[Any] = []
+    a.g.write_group = written.append
+    a.g.own([(KEY, ledger)])
+    a.tick()
+    a.tick()
+    assert written == [[KEY]] and _offers(shared) == []  # not confirmed: nothing offered
+    a.now += 10  # no answer within _ANNOUNCE_RETRY_S (lost in a rebalance): written again
+    a.tick()
+    assert written == [[KEY], [KEY]] and _offers(shared) == []
+    a.g.group_committed([KEY])  # the broker took it (on_commit)
+    a.tick()
+    assert len(_offers(shared)) == 2
+    token = ledger.token()
+    assert token is not None and token.lineage == ledger.lineage
+    # a ledger restored with its lineage is not announced again
+    b = Member("b", shared, [1_000])
+    b.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    b.g.own([(KEY, Ledger(100, RangeSet([(0, 20)]), ledger.lineage))])
+    b.tick()
+    assert b.writes == [] and len(_offers(shared)) == 2
+    # never confirmed (no commit callback): offered all the same, after a bound
+    c = Member("c", shared, [1_000])
+    c.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    c.g.write_group = written.append
+    c.g.own([(("t", 1), Ledger(100, RangeSet([(0, 20)])))])
+    for _ in range(20):
+        c.tick()
+    assert [ck for ck, _ in _offers(shared)][2:] == [(0, 10), (10, 20)]

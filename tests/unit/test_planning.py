@@ -418,30 +418,31 @@ def _lineage_token(position: int, ranges: tuple[tuple[int, int], ...], lineage: 
     return encode_group_token(GroupToken(position, ranges, "", lineage))[0]
 
 
-def test_a_plan_keeps_the_tokens_lineage_while_nothing_new_became_pending() -> None:
-    """The claims log's done records of the lineage are facts about these very offsets:
-    the next owner absorbs them (a crash mid-catch-up with a small lag re-reads nothing)."""
+def test_a_plan_keeps_the_tokens_lineage() -> None:
+    """The claims log's done records of the lineage are facts about these very records:
+    the next owner absorbs them, a new range above the position or not (an owner change
+    under load: a new lineage there had every new owner's backlog read again)."""
     meta = _lineage_token(5000, ((1000, 3000),), "ab12")
     restored = restore(1000, meta)
     assert restored.lineage == "ab12" and restored.ledger().lineage == "ab12"
     plan = plan_assignment(restored, low=0, high=5500, threshold=1000)
     assert plan.caught_up is None and plan.ledger.lineage == "ab12"
+    plan = plan_assignment(restore(1000, meta), low=0, high=9000, threshold=1000)
+    assert plan.caught_up == (5000, 9000) and plan.ledger.lineage == "ab12"
     # retention dropping part of it keeps it too (offsets only left)
     plan = plan_assignment(restore(1000, meta), low=2000, high=5500, threshold=1000)
     assert plan.ledger.ranges.as_tuple() == ((2000, 3000),) and plan.ledger.lineage == "ab12"
 
 
-def test_a_plan_that_makes_new_offsets_pending_drops_the_lineage() -> None:
-    """Offsets the token did not hold became pending: a done of the old lineage may name
-    them (an earlier reading of the same offsets), so the owner draws a new lineage."""
+def test_a_plan_without_the_tokens_lineage_has_none() -> None:
+    """What ends a lineage: an operator's reset (no metadata), a token whose offset another
+    tool moved, a token written by a rewind commit (see group_write) or before lineages."""
     meta = _lineage_token(5000, ((1000, 3000),), "ab12")
-    plan = plan_assignment(restore(1000, meta), low=0, high=9000, threshold=1000)
-    assert plan.caught_up == (5000, 9000) and plan.ledger.lineage == ""
-    # an operator's reset (no metadata): nothing to keep
     plan = plan_assignment(restore(0, ""), low=0, high=9000, threshold=1000)
     assert plan.ledger.ranges.as_tuple() == ((0, 9000),) and plan.ledger.lineage == ""
-    # a token whose offset another tool moved is ignored, lineage and all
-    assert restore(0, meta).lineage == ""
+    assert restore(0, meta).lineage == ""  # moved by another tool: the token is ignored
+    plan = plan_assignment(restore(1000, token_text(5000, ((1000, 3000),))), 0, 9000, 1000)
+    assert plan.ledger.lineage == ""
 
 
 def test_a_rewind_drops_the_lineage_and_a_claim_keeps_it() -> None:
