@@ -310,3 +310,20 @@ def test_a_record_of_another_group_cluster_or_format_is_skipped() -> None:
 def test_chunks_are_cut_on_a_grid() -> None:
     assert cut_chunks([(5, 25), (30, 31)], 10) == [(5, 10), (10, 20), (20, 25), (30, 31)]
     assert cut_chunks([(0, 10)], 10) == [(0, 10)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops)
+def test_a_done_of_one_lineage_is_never_anothers(ops: list[Op]) -> None:
+    """Only L1's records say done here (L2 offers the same chunks, claims and releases
+    them): whatever the interleaving, no offset is done in L2."""
+    log = [
+        (rec, ts)
+        for rec, ts in _log(ops)
+        if not (rec.kind == "done" and rec.lineage != "L1")
+    ]
+    state = _replay(log)
+    assert not state.done(T, 0, "L2")
+    for k in state:
+        if state.is_done(k):
+            assert state.lineage(k) == "L1"

@@ -758,3 +758,25 @@ def test_the_group_token_carries_a_new_lineage_before_any_chunk_is_offered() -> 
     for _ in range(20):
         c.tick()
     assert [ck for ck, _ in _offers(shared)][2:] == [(0, 10), (10, 20)]
+
+
+def test_a_helper_never_holds_two_chunks_of_the_same_offsets() -> None:
+    """Chunks of two lineages may overlap ([0, 10) and [5, 15)): a member holding both
+    would let its commits of one finish the other, unread."""
+    _, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 10)])))])
+    owner.tick()
+    b.tick()
+    b.tick()
+    assert b.g._held == {("t", 0, 0, 10)}
+    shared.append((ClaimRecord("offer", "n", "t", 0, ((5, 15),), "other"), clock[0]))
+    for _ in range(3):
+        b.tick()
+    assert (5, 15) not in _kinds(shared, "b", "claim") and b.g._held == {("t", 0, 0, 10)}
+    # won all the same (a claim that overlapped nothing when sent): given back at once
+    shared.append((ClaimRecord("claim", "b", "t", 0, ((5, 15),), "other"), clock[0]))
+    b.tick()
+    assert b.g._held == {("t", 0, 0, 10)}
+    assert ((5, 15),) in [rec.chunks for rec, _ in shared if rec.kind == "release"]
