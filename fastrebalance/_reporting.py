@@ -234,6 +234,10 @@ class Reporter:
             self.commit_failed(
                 partitions if err is not None else [tp for tp in partitions if tp.error]
             )
+        if self.group is not None and err is None:
+            self.group.group_committed(
+                (tp.topic, tp.partition) for tp in partitions if tp.error is None
+            )
         if self._user_on_commit is not None:
             self._user_on_commit(err, partitions)
 
