@@ -44,6 +44,7 @@ from ._delivery import Delivery
 from ._groupcatchup import GroupCatchup
 from ._partitions import Key, Partitions
 from ._planner import Planner
+from ._recovery import Recovery
 from ._reporting import CatchupStatus, Reporter
 
 __all__ = ["CatchupStatus", "Consumer"]
@@ -147,6 +148,8 @@ class Consumer:
             conf.get("error_cb"),
             user_on_commit,
         )
+        # dead members of this group on this host, removed at subscribe() (_recovery)
+        self._recovery = reporter.recovery = Recovery.make(self._settings, primary_conf)
         self._planner = planner = Planner(self._primary, child)
         self._delivery = delivery = Delivery(
             self._primary, child, partitions, self._settings, self._between_calls
@@ -264,9 +267,16 @@ class Consumer:
         self._subscribed = True
         if self._group is not None:
             self._group.subscribed(topics)
+        recovery = self._recovery
+        on_assign = a.on_assign
+        if recovery is not None:
+            recovery.before_subscribe()
+            on_assign = recovery.wrap(on_assign, self._primary.memberid)
         self._primary.subscribe(
-            topics, on_assign=a.on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
+            topics, on_assign=on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
         )
+        if recovery is not None:
+            recovery.after_subscribe()
 
     def _relay(self, cb: RebalanceCallback) -> RebalanceCallback:
         return lambda _handle, partitions: cb(self, partitions)
@@ -560,8 +570,10 @@ class Consumer:
             finally:
                 child.close()
 
+        left = False
         try:
             call_bounded(shutdown, 2 * self._commit_timeout_s, "close()")
+            left = True
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._TIMED_OUT:
                 raise
@@ -574,5 +586,8 @@ class Consumer:
             if self._group is not None and self._group.orphans:
                 # out of the group now: done chunks of partitions no member owns (_orphans)
                 self._group.absorb_orphans(min(5.0, self._commit_timeout_s))
+        finally:
+            if self._recovery is not None:  # still in the group unless it left: stays dead
+                self._recovery.close(left)
         if error is not None:
             raise error
