@@ -175,10 +175,9 @@ class Recovery:
 
     def wrap(self, on_assign: Callable[..., None], member_id: Callable[[], str | None]) -> Any:
         def recorded(handle: Any, partitions: Any) -> None:
-            try:
-                on_assign(handle, partitions)
-            finally:
-                self.note_assignment(member_id)
+            # first: a crash in the application's own callback must find it on disk
+            self.note_assignment(member_id)
+            on_assign(handle, partitions)
 
         return recorded
 

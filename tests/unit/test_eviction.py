@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import ssl
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,16 @@ def test_a_start_takes_dynamic_entries_and_its_own_instance_only(
     left = sorted(p.name for p in tmp_path.iterdir())
     assert len(left) == 2 and all("." in n for n in left)  # pod-1's entry, for its restart
     assert recovery.counts()["removed"] == len(removed)
+
+
+def test_the_import_costs_no_removal_and_no_retry_machinery() -> None:
+    """kafka-python (the removal) and tenacity (retries) are imported when first needed:
+    a restarted process imports fastrebalance on its way to its first fresh record."""
+    code = (
+        "import sys, fastrebalance; "
+        "print(sorted(m for m in ('kafka', 'tenacity') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"
