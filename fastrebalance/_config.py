@@ -102,7 +102,6 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
         "partitions move at once instead of after the session timeout",
     ),
     STATE_DIR_KEY: (
-        "$FASTREBALANCE_STATE_DIR, else $XDG_STATE_HOME/fastrebalance, else "
         "~/.local/state/fastrebalance",
         "a directory this process can create files in and lock (a local file system; "
         "shared by the processes that replace one another, e.g. a pod's volume)",

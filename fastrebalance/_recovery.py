@@ -196,9 +196,7 @@ class Recovery:
             return [o.as_dict() for o in self._outcomes]
 
     def counts(self) -> dict[str, int]:
+        """Dead members handled so far, by result."""
         with self._lock:
-            outcomes = list(self._outcomes)
-        return {
-            "removed": sum(o.result == "removed" for o in outcomes),
-            "failed": sum(o.result == "failed" for o in outcomes),
-        }
+            results = [o.result for o in self._outcomes]
+        return {r: results.count(r) for r in ("removed", "gone", "replaced", "failed")}

@@ -87,6 +87,10 @@ METRICS: tuple[Metric, ...] = (
            "log says", True),
     Metric("fastrebalance_group_chunks_done_total", "counter", "chunks",
            "Group-wide catch-up: chunks this member read, committed and declared done"),
+    Metric("fastrebalance_dead_members_total", "counter", "members",
+           "Dead members of the group (their process gone from this host) handled at "
+           "subscribe(), by result: removed, gone (already out of the group), replaced "
+           "(a static member the broker hands over itself), failed (the old wait)"),
 )  # fmt: skip
 
 #: (metric name, labels, value)
@@ -129,6 +133,11 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
             labels["holder"] = h["holder"]
             out.append(("fastrebalance_group_chunks_held", labels, h["chunks"]))
         out.append(("fastrebalance_group_chunks_done_total", base, group["chunks_done"]))
+    dead = snapshot.get("dead_members")
+    if dead is not None:
+        for result in ("removed", "gone", "replaced", "failed"):
+            labels = {**base, "result": result}
+            out.append(("fastrebalance_dead_members_total", labels, dead.get(result, 0)))
     return out
 
 
@@ -302,4 +311,3 @@ class StatusCollector:
 
     def describe(self) -> list[Any]:
         return []
-

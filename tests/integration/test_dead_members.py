@@ -27,6 +27,7 @@ import pytest
 
 from fastrebalance import Consumer
 from fastrebalance._eviction import AdminSettings
+from fastrebalance.metrics import samples
 from fastrebalance.testing import KafkaCluster
 
 pytestmark = [pytest.mark.integration]
@@ -142,7 +143,13 @@ def test_a_killed_member_is_removed_and_its_partitions_move_at_once(
         # A's session is 45 s: without the removal B waits for it
         assert took is not None and took < 20.0, took
         assert b.catchup_metrics()["dead_members"]["removed"] == 1
-        assert b.metrics_snapshot()["dead_members"]["removed"] == 1 or True  # published later
+        published = time.monotonic() + 1.5  # poll() publishes the snapshot every second
+        while time.monotonic() < published:
+            b.poll(0.1)
+        dead = [s for s in samples(b.metrics_snapshot()) if s[0].startswith("fastrebalance_dead")]
+        assert ("fastrebalance_dead_members_total", 1) in {
+            (name, value) for name, labels, value in dead if labels["result"] == "removed"
+        }
         # A's entry is gone, B's own is there
         assert len(list(tmp_path.glob("*.lock"))) == 1
     finally:
