@@ -126,6 +126,33 @@ def _ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
     return ctx
 
 
+class _OurThreads(logging.Filter):
+    """Drops kafka-python's own records from a removal's threads (ours, and its client's
+    I/O thread ``kafka-io-<client.id>-recovery``) unless that logger is enabled for DEBUG:
+    a removal that fails says so in one line of ours, not in kafka-python's retries
+    (dozens of WARNING and ERROR lines while it gives up on a refused login)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        thread = record.threadName or ""
+        ours = thread.startswith("fastrebalance-recovery") or (
+            thread.startswith("kafka-io-") and thread.endswith("-recovery")
+        )
+        return not ours or logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+_FILTER = _OurThreads()
+
+
+def _quiet_kafka_python() -> None:
+    """Put the filter on kafka-python's loggers (a logger's filters apply to the records
+    it makes, not to its children's: each one needs it)."""
+    for name in list(logging.root.manager.loggerDict):
+        if name == "kafka" or name.startswith("kafka."):
+            logger = logging.getLogger(name)
+            if _FILTER not in logger.filters:
+                logger.addFilter(_FILTER)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What became of one dead member.
@@ -189,6 +216,7 @@ class Removal(threading.Thread):
             return [Outcome(m, "failed", now, self._settings.refused) for m in self._members]
         from kafka.admin import KafkaAdminClient, MemberToRemove  # only when needed
 
+        _quiet_kafka_python()
         admin = KafkaAdminClient(**self._settings.kwargs)
         try:
             if self._join_pending is not None:
