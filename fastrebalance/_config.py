@@ -17,7 +17,6 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from ._membership import default_state_dir, prepare_dir
 from ._token import DEFAULT_METADATA_MAX_BYTES
 
 __all__ = [
@@ -350,6 +349,8 @@ def _state_dir(value: Any) -> Path | None:
         raise _refused(
             f"{STATE_DIR_KEY}={value!r} is invalid: expected {CONFIG_KEYS[STATE_DIR_KEY][1]}"
         )
+    from ._membership import default_state_dir, prepare_dir  # the mode's own, not plain's
+
     path = Path(value).expanduser() if value is not None else default_state_dir()
     try:
         prepare_dir(path)

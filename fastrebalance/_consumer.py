@@ -44,7 +44,6 @@ from ._delivery import Delivery
 from ._groupcatchup import GroupCatchup
 from ._partitions import Key, Partitions
 from ._planner import Planner
-from ._recovery import Recovery
 from ._reporting import CatchupStatus, Reporter
 
 __all__ = ["CatchupStatus", "Consumer"]
@@ -148,7 +147,10 @@ class Consumer:
             conf.get("error_cb"),
             user_on_commit,
         )
-        # dead members of this group on this host, removed at subscribe() (_recovery)
+        # dead members of this group on this host, removed at subscribe() (imported here:
+        # a plain-mode consumer never needs it)
+        from ._recovery import Recovery
+
         self._recovery = reporter.recovery = Recovery.make(self._settings, primary_conf)
         self._planner = planner = Planner(self._primary, child)
         self._delivery = delivery = Delivery(
