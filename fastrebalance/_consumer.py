@@ -42,9 +42,9 @@ from ._committing import Committer, plain_abort, plain_send_offsets
 from ._config import ParallelConfig, child_config, split_config
 from ._delivery import Delivery
 from ._groupcatchup import GroupCatchup
-from ._partitions import Key, Partitions
+from ._partitions import Partitions
 from ._planner import Planner
-from ._reporting import CatchupStatus, Reporter
+from ._reporting import CatchupStatus, CatchupStatuses, Reporter
 
 __all__ = ["CatchupStatus", "Consumer"]
 
@@ -217,10 +217,11 @@ class Consumer:
 
     childConsumerIsAlive = child_consumer_is_alive
 
-    def catchup_status(self) -> dict[Key, CatchupStatus]:
-        """Per assigned (topic, partition) with a backlog: ranges, child progress."""
+    def catchup_status(self) -> CatchupStatuses:
+        """Per assigned (topic, partition) with a backlog: ranges, child progress; and
+        ``removed_members``, the dead members of the group removed at subscribe()."""
         if self._child is None:
-            return {}
+            return CatchupStatuses()
         return self._reporter.catchup_status()
 
     def catchup_metrics(self) -> dict[str, Any]:

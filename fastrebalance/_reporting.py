@@ -23,7 +23,7 @@ from ._config import ParallelConfig
 from ._partitions import Key, Partitions
 from ._token import is_ours
 
-__all__ = ["CatchupStatus", "Reporter"]
+__all__ = ["CatchupStatus", "CatchupStatuses", "Reporter"]
 
 log = logging.getLogger("fastrebalance.consumer")
 
@@ -111,7 +111,7 @@ class Reporter:
         self.recovery: Any = None
 
     # -- status -------------------------------------------------------------------------
-    def catchup_status(self) -> dict[Key, CatchupStatus]:
+    def catchup_status(self) -> CatchupStatuses:
         alive = self._child.alive
         group = self.group
         out = CatchupStatuses()

@@ -138,7 +138,7 @@ def test_a_killed_member_is_removed_and_its_partitions_move_at_once(
     try:
         b.subscribe([topic])
         took = poll_until_assigned(b, 2, 40.0)
-        handled = b.catchup_status().removed_members  # type: ignore[attr-defined]
+        handled = b.catchup_status().removed_members
         assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, "removed")]
         # A's session is 45 s: without the removal B waits for it
         assert took is not None and took < 20.0, took
@@ -180,7 +180,7 @@ def test_a_static_member_is_replaced_at_once(
         b.subscribe([topic])
         took = poll_until_assigned(b, 2, 40.0)
         assert took is not None and took < 20.0, took
-        handled = b.catchup_status().removed_members  # type: ignore[attr-defined]
+        handled = b.catchup_status().removed_members
         expected = "removed" if proto == "consumer" else "replaced"
         assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, expected)]
     finally:
@@ -202,7 +202,7 @@ def test_a_live_member_is_never_removed(
     try:
         b.subscribe([topic])
         assert poll_until_assigned(b, 1, 40.0) is not None
-        assert b.catchup_status().removed_members == ()  # type: ignore[attr-defined]
+        assert b.catchup_status().removed_members == ()
         assert poll_until_assigned(b, 2, 3.0) is None  # A still holds the other one
         assert a.proc.poll() is None
         assert len(list(tmp_path.glob("*.lock"))) == 2
@@ -227,7 +227,7 @@ def test_a_stopped_member_is_not_removed(
     try:
         b.subscribe([topic])
         assert poll_until_assigned(b, 2, 5.0) is None
-        assert b.catchup_status().removed_members == ()  # type: ignore[attr-defined]
+        assert b.catchup_status().removed_members == ()
         assert (tmp_path / next(p.name for p in tmp_path.glob("*.lock"))).exists()
     finally:
         b.close()
@@ -256,7 +256,7 @@ def test_a_failed_removal_costs_only_the_old_wait(
             b.subscribe([topic])  # never raises for the removal
             took = poll_until_assigned(b, 2, 40.0)
         assert took is not None, "B never got A's partitions after A's session timeout"
-        handled = b.catchup_status().removed_members  # type: ignore[attr-defined]
+        handled = b.catchup_status().removed_members
         assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, "failed")]
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "no permission" in warnings[0].getMessage()

@@ -146,7 +146,7 @@ def test_a_dead_member_is_removed_over_sasl(
         try:
             b.subscribe([topic])
             took = poll_until_assigned(b, 2, 40.0)
-            handled: Any = b.catchup_status().removed_members  # type: ignore[attr-defined]
+            handled: Any = b.catchup_status().removed_members
             assert [(m["member_id"], m["result"], m["error"]) for m in handled] == [
                 (a.member_id, "removed", "")
             ]
@@ -204,7 +204,7 @@ def test_wrong_credentials_fail_the_removal_not_the_consumer(
             deadline = time.monotonic() + 30  # kafka-python gives up its login after 10 s
             while not handled and time.monotonic() < deadline:
                 b.poll(0.2)
-                handled = b.catchup_status().removed_members  # type: ignore[attr-defined]
+                handled = b.catchup_status().removed_members
             assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, "failed")]
             assert "wrong" not in handled[0]["error"]
             ours = [r for r in caplog.records if r.name == "fastrebalance.recovery"]
