@@ -7,7 +7,9 @@ lock); member B, its replacement, runs here. A keeps the group's default session
 timeout (45 s), so a removal that did not happen cannot pass for one that did.
 
 The removal needs the admin LeaveGroup of KIP-345 (and, for consumer-protocol members,
-KAFKA-18188, Apache Kafka 4.0.0): on the embedded mock cluster these tests skip.
+KAFKA-18188, Apache Kafka 4.0.0) from a real broker: on the embedded mock cluster only the
+test of a stopped member runs (with a live one the mock's rebalance did not assign the
+newcomer within 40 s, with or without this feature: a mock limit, not tested there).
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ _MEMBER = textwrap.dedent(
 @pytest.fixture
 def real_cluster(kafka_cluster: KafkaCluster) -> KafkaCluster:
     if kafka_cluster.kind == "embedded":
-        pytest.skip("librdkafka's mock cluster has no admin LeaveGroup (KIP-345 batch form)")
+        pytest.skip(
+            "kafka-python's admin client cannot bootstrap from librdkafka's mock cluster "
+            "(KafkaTimeoutError: Unable to bootstrap): the removal needs a real broker"
+        )
     return kafka_cluster
 
 
@@ -211,7 +216,7 @@ def test_a_live_member_is_never_removed(
 
 
 def test_a_stopped_member_is_not_removed(
-    real_cluster: KafkaCluster,
+    kafka_cluster: KafkaCluster,
     topic_factory: Any,
     unique_group: str,
     tmp_path: Path,
@@ -220,7 +225,7 @@ def test_a_stopped_member_is_not_removed(
     """A restart while the old process is only stopped (SIGSTOP): it holds its lock, it
     may come back, so nothing is removed and the group waits for its session as before."""
     topic = topic_factory(2)
-    conf = conf_for(real_cluster, unique_group, tmp_path, "classic")
+    conf = conf_for(kafka_cluster, unique_group, tmp_path, "classic")
     a = start_a(members, conf, topic)
     a.proc.send_signal(signal.SIGSTOP)
     b = Consumer(conf)
