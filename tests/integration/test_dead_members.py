@@ -8,8 +8,8 @@ timeout (45 s), so a removal that did not happen cannot pass for one that did.
 
 The removal needs the admin LeaveGroup of KIP-345 (and, for consumer-protocol members,
 KAFKA-18188, Apache Kafka 4.0.0) from a real broker: on the embedded mock cluster only the
-test of a stopped member runs (with a live one the mock's rebalance did not assign the
-newcomer within 40 s, with or without this feature: a mock limit, not tested there).
+test of a stopped member runs there (with a live member A, the mock did not assign B a
+partition within 40 s, a case where no removal is even tried: that one runs on real brokers).
 """
 
 from __future__ import annotations
