@@ -32,8 +32,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from . import _arguments as check
 from ._assigning import Assignments
@@ -152,7 +152,12 @@ class Consumer:
         from ._recovery import Recovery
 
         self._recovery = reporter.recovery = Recovery.make(self._settings, primary_conf)
-        self._planner = planner = Planner(self._primary, child)
+        settings = self._settings
+        self._planner = planner = Planner(
+            self._primary,
+            child,
+            uncommitted=settings.catch_up_uncommitted and settings.reset_offset == OFFSET_BEGINNING,
+        )
         self._delivery = delivery = Delivery(
             self._primary, child, partitions, self._settings, self._between_calls
         )
@@ -179,8 +184,10 @@ class Consumer:
             self._settings,
             group,
         )
+        reporter.commit_failed = self._committer.commit_failed
         if group is not None:
             group.write_group = self._committer.write_absorbed
+            group.read_alone = self._assignments.read_alone
             reporter.group = delivery.group = group
         # The hot path is delivery's own frame: no facade frame in between.
         self.poll = delivery.poll  # type: ignore[method-assign]
@@ -194,6 +201,7 @@ class Consumer:
         self._reporter.publish_if_due(now)
         self._assignments.plan_deferred_if_due(now)
         if self._group is not None:
+            self._committer.rewrite_failed(now)
             self._group.tick(now)
 
     # -- misc ---------------------------------------------------------------------------------
@@ -269,6 +277,10 @@ class Consumer:
         a.callbacks = self._user_callbacks
         self._subscribed = True
         if self._group is not None:
+            if self._settings.auto_commit:
+                # as the revoke of a topic left: what the application got of chunks of a
+                # topic it no longer reads is processed, by the auto-commit's contract
+                self._committer.commit_helped()
             self._group.subscribed(topics)
         recovery = self._recovery
         on_assign = a.on_assign
@@ -287,6 +299,11 @@ class Consumer:
     def unsubscribe(self) -> None:
         self._primary.unsubscribe()
         if self._group is not None:
+            if self._settings.auto_commit:
+                # what the application got of its chunks is processed, by the auto-commit's
+                # contract, as close() takes it (issue 45: all 7,000 records a helper had
+                # been handed were read again by the owner after its unsubscribe())
+                self._committer.commit_helped()
             self._group.stop_helping()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -486,8 +503,20 @@ class Consumer:
         """Seek the primary. The child keeps its ranges: seeking changes what is read,
         not what was processed. A backward seek below where the primary started re-reads
         backlog records (they come twice) and claims them only once re-delivered; a
-        forward seek skips fresh records as a plain consumer's does."""
-        self._delivery.seek(check.partition(partition))
+        forward seek skips fresh records as a plain consumer's does. With group-wide
+        catch-up, a seek of a partition this member only helps with, into a chunk it holds,
+        gives the chunks from there on back to the group: their records are delivered
+        again, here or to another member."""
+        tp = check.partition(partition)
+        key = (tp.topic, tp.partition)
+        if (
+            self._group is not None
+            and key not in self._partitions.assigned
+            and key not in self._partitions.deferred
+            and self._group.seek_back(key, tp.offset)
+        ):
+            return
+        self._delivery.seek(tp)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._primary.pause(check.partition_list(partitions))

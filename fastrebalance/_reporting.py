@@ -109,6 +109,8 @@ class Reporter:
         self.group: Any = None
         #: the removal of dead members at subscribe() (_recovery), when on
         self.recovery: Any = None
+        #: told which partitions' group commit failed (the commit path writes them again)
+        self.commit_failed: Callable[[list[TopicPartition]], None] = lambda tps: None
 
     # -- status -------------------------------------------------------------------------
     def catchup_status(self) -> CatchupStatuses:
@@ -250,6 +252,9 @@ class Reporter:
         application's callback."""
         if err is not None or any(tp.error is not None for tp in partitions):
             self.group_commit_failures += 1
+            self.commit_failed(
+                partitions if err is not None else [tp for tp in partitions if tp.error]
+            )
         if self._user_on_commit is not None:
             self._user_on_commit(err, partitions)
 

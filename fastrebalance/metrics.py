@@ -91,6 +91,9 @@ METRICS: tuple[Metric, ...] = (
            "Dead members of the group (their process gone from this host) handled at "
            "subscribe(), by result: removed, gone (already out of the group), replaced "
            "(a static member the broker hands over itself), failed (the old wait)"),
+    Metric("fastrebalance_group_catchup_unusable", "gauge", "",
+           "Group-wide catch-up: 1 once this member gave it up because its claims topic "
+           "cannot be used (its backlogs are then read by its own catch-up consumer)"),
 )  # fmt: skip
 
 #: (metric name, labels, value)
@@ -133,6 +136,8 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
             labels["holder"] = h["holder"]
             out.append(("fastrebalance_group_chunks_held", labels, h["chunks"]))
         out.append(("fastrebalance_group_chunks_done_total", base, group["chunks_done"]))
+        unusable = 1.0 if group.get("unusable") else 0.0
+        out.append(("fastrebalance_group_catchup_unusable", base, unusable))
     dead = snapshot.get("dead_members")
     if dead is not None:
         for result in ("removed", "gone", "replaced", "failed"):

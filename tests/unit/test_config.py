@@ -21,6 +21,7 @@ from fastrebalance._config import (
     STATE_DIR_KEY,
     THRESHOLD_KEY,
     TRANSACTIONAL_KEY,
+    UNCOMMITTED_KEY,
     ParallelConfig,
     child_config,
     split_config,
@@ -41,6 +42,7 @@ OURS = (
     CLAIMS_TOPIC_KEY,
     REMOVE_DEAD_KEY,
     STATE_DIR_KEY,
+    UNCOMMITTED_KEY,
 )
 
 

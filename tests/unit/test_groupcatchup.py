@@ -534,3 +534,147 @@ def test_a_partition_nobody_reads_gets_a_reader_before_another_gets_two(
     a.tick()  # its claim read back: won
     assert {ck[:2] for ck in b.g._held} == {other}, b.g._held
     assert {ck[:2] for ck in a.g._held} == {KEY}, a.g._held
+
+
+class _Unstartable:
+    """A claims log whose every start fails with ``error`` (a KafkaError code)."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.tries = code, 0
+        self.topic, self.started, self.caught_up, self.send_failures = "g", False, False, 0
+        self.missing, self.position = False, 0
+
+    def start(self) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.tries += 1
+        raise KafkaException(KafkaError(self.code, "no"))
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+def _unstartable_owner(code: int) -> tuple[GroupCatchup, list[list[Any]], Ledger]:
+    g = GroupCatchup(SETTINGS, {}, Child(), member="a")  # type: ignore[arg-type]
+    g._log = _Unstartable(code)  # type: ignore[assignment]
+    alone: list[list[Any]] = []
+    g.read_alone = alone.append
+    ledger = Ledger(100, RangeSet([(0, 30)]))
+    g.own([(KEY, ledger)])
+    return g, alone, ledger
+
+
+def test_a_claims_topic_kafka_refuses_falls_back_to_the_members_own_catchup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # issue 48: app.1's claims topic collided with app_1's (TOPIC_EXCEPTION at every start):
+    # 0 of 20,000 backlog records in 20 s, a WARNING every 2 s for ever
+    from confluent_kafka import KafkaError
+
+    g, alone, ledger = _unstartable_owner(KafkaError.TOPIC_EXCEPTION)
+    with caplog.at_level("ERROR", logger="fastrebalance.group"):
+        g.tick(time.monotonic())
+    assert alone == [[KEY]]  # the owner's child reads the backlog, at the first failure
+    assert g.unusable is not None and "cannot be started" in g.unusable
+    assert g.status()["unusable"] == g.unusable
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "parallel.rebalance.group.claims.topic" in errors[0].getMessage()
+    assert ledger.ranges.count() == 30  # nothing taken out: the child reads it all
+    # later assignments go to the child at once; the log is never tried again
+    tries = g._log.tries  # type: ignore[attr-defined]
+    g.own([(("t", 1), Ledger(50, RangeSet([(0, 5)])))])
+    g.tick(time.monotonic() + 100)
+    assert alone[-1] == [("t", 1)] and g._log.tries == tries  # type: ignore[attr-defined]
+    assert not g.pending
+
+
+def test_a_claims_log_down_past_the_bound_falls_back_and_not_before() -> None:
+    from confluent_kafka import KafkaError
+
+    from fastrebalance._groupcatchup import START_GIVE_UP_S
+
+    g, alone, _ = _unstartable_owner(KafkaError._TRANSPORT)
+    t0 = time.monotonic()
+    g.tick(t0)
+    t = t0
+    while t < t0 + START_GIVE_UP_S - 3:
+        t += 2.5
+        g.tick(t)
+    assert alone == [] and g.unusable is None  # a broker restart may take this long
+    g.tick(t0 + START_GIVE_UP_S + 1)
+    assert alone == [[KEY]] and g.unusable is not None
+
+
+def test_a_claims_topic_the_member_subscribes_to_is_never_used() -> None:
+    g = GroupCatchup(SETTINGS, {}, Child(), member="a")  # type: ignore[arg-type]
+    g.subscribed(["orders", SETTINGS.claims_topic])
+    assert g.unusable is not None and "subscribes to" in g.unusable
+    assert not g.helping
+
+
+@pytest.mark.parametrize(
+    ("code", "final"),
+    [("TOPIC_EXCEPTION", True), ("TOPIC_AUTHORIZATION_FAILED", True),
+     ("GROUP_AUTHORIZATION_FAILED", True), ("POLICY_VIOLATION", True),
+     ("_TRANSPORT", False), ("_TIMED_OUT", False), ("NOT_LEADER_FOR_PARTITION", False),
+     ("LEADER_NOT_AVAILABLE", False)],
+)  # fmt: skip
+def test_which_claims_log_failures_are_final(code: str, final: bool) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from fastrebalance._claimslog import permanent
+
+    assert permanent(KafkaException(KafkaError(getattr(KafkaError, code)))) is final
+    assert not permanent(RuntimeError("closed"))
+
+
+def _helper_with_chunks() -> tuple[Member, Member, list[Any]]:
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 20)])))])
+    owner.tick()
+    a.tick()
+    a.tick()
+    assert a.g._held and KEY in a.child.cursors
+    return a, b, shared
+
+
+def test_a_changed_subscription_gives_back_the_chunks_of_a_topic_left() -> None:
+    # issue 45: after commit() and subscribe([Y]) a helper went on handing out chunks of X
+    # (8,000 records within 0.6 s: its new code would have processed them)
+    a, b, shared = _helper_with_chunks()
+    s, _e = a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 3)}, sync=False, timeout_s=1)
+    held = set(a.g._held) | ({a.g._claiming} if a.g._claiming else set())
+    a.g.subscribed(["y"])
+    assert a.g._held == set() and KEY not in a.child.cursors
+    for _ in range(3):
+        a.tick()  # a claim in flight before the change, won after it: released too
+    assert a.g._held == set() and KEY not in a.child.cursors
+    recs = [(rec.kind, rec.chunks) for rec, _ in shared if rec.member == "a"]
+    assert ("done", ((s, s + 4),)) in recs  # what it committed, handed back
+    assert {c for k, c in recs if k == "release"} == {(ck[2:],) for ck in held}
+    assert _kinds(shared, "a", "claim").count((s, s + 4)) == 1  # no claim of t since
+    assert sorted(_read_every_chunk(b, 8)) == sorted([(s + 4, s + 10), (10 - s, 20 - s)])
+    # a subscription that still names t keeps its chunks
+    c, _, _ = _helper_with_chunks()
+    held = set(c.g._held)
+    c.g.subscribed([KEY[0], "y"])
+    assert c.g._held == held
+
+
+def test_seeking_back_into_a_held_chunk_gives_it_back_from_there() -> None:
+    # issue 45: api.md's recipe (commit the last good record, seek() back to the bad one) on
+    # a chunk record raised _UNKNOWN_PARTITION and ended an ordinary poll loop
+    a, b, _ = _helper_with_chunks()
+    s, _e = a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 4)}, sync=False, timeout_s=1)  # good up to s + 4
+    assert a.g.seek_back(KEY, s + 5)
+    assert a.g._held == set() and KEY not in a.child.cursors
+    # the bad record and everything after it is read again (here by b), nothing before it
+    read = _read_every_chunk(b, 8)
+    assert (s + 5, s + 10) in read and all(e <= s or st >= s + 5 for st, e in read)
+    assert not a.g.seek_back(KEY, s + 5)  # nothing held any more: not a chunk of its
+    assert not a.g.seek_back(("other", 0), 3)
+
