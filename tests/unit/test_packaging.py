@@ -288,3 +288,25 @@ def test_the_version_is_written_once_and_the_changelog_dates_it() -> None:
     assert headings[0] == "[Unreleased]", headings
     assert re.fullmatch(rf"\[{re.escape(VERSION)}\] - \d{{4}}-\d{{2}}-\d{{2}}", headings[1])
     assert f"[{VERSION}]: " in changelog and "[Unreleased]: " in changelog
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_installs_the_core_package_alone_and_make_test_every_extra(
+    tmp_path: Path,
+) -> None:
+    """What the two commands of the README would install (``make -n``: nothing runs). The
+    demo had every extra, pyspark among them (1.1 GB, 1 min 36 s before its table); it needs
+    none (the wheel test above runs it without)."""
+
+    def plan(target: str, **variables: str) -> list[str]:
+        given = [f"{k}={v}" for k, v in variables.items()]
+        run = subprocess.run(["make", "-n", "-C", str(ROOT), target, *given],
+                             capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        return [line for line in run.stdout.splitlines() if " install " in line]
+
+    demo = [target for line in plan("demo", DEMO_VENV=str(tmp_path / "demo"))
+            for target in re.findall(r" -e ([^\s;]+)", line)]  # fmt: skip
+    assert demo and set(demo) == {"."}, demo  # the package, no extra: '.[...]'
+    test = [target for line in plan("test", VENV=str(tmp_path / "all"))
+            for target in re.findall(r" -e ([^\s;]+)", line)]  # fmt: skip
+    assert test == ["'.[test,docs,spark,prometheus,otel,schemaregistry,plot]'"], test
