@@ -177,7 +177,7 @@ class PrometheusCollector:
         from fastrebalance.metrics import PrometheusCollector
 
         REGISTRY.register(PrometheusCollector(consumer))
-        start_http_server(9100)
+        start_http_server(9100, addr="127.0.0.1")  # its default: every interface
 
     Args:
         consumer: a ``fastrebalance.Consumer`` (or ``fastrebalance.aio.AIOConsumer``).
