@@ -101,6 +101,7 @@ class Planner:
             KafkaException: the group's committed offsets could not be read (the child's
                 log is optional: without it the backlog is re-read).
         """
+
         def read() -> list[TopicPartition]:
             answers = self._primary.committed(
                 [TopicPartition(*k) for k in keys],
@@ -193,6 +194,7 @@ class Planner:
             if budget.remaining() == 0:
                 out[key] = spent
                 continue
+
             def watermarks(key: Key = key) -> tuple[int, int]:
                 low, high = self._primary.get_watermark_offsets(
                     TopicPartition(*key),
@@ -206,4 +208,3 @@ class Planner:
             except KafkaException as exc:
                 out[key] = exc
         return out
-

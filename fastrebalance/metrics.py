@@ -302,4 +302,3 @@ class StatusCollector:
 
     def describe(self) -> list[Any]:
         return []
-

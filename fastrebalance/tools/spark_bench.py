@@ -39,16 +39,27 @@ from ._runner import Session, div, md_table, median, ratio
 MODES: dict[str, dict[str, str]] = {
     # KIP-333 catch-up with the default budgets
     "catchup": {},
+    # the adaptive budget spreading a large backlog over batches: the default before issue 46
+    # (only for queries without an event-time watermark)
+    "catchup-split": {"catchup.splitBacklog": "true"},
     # the defaults before issue 13: 100,000 backlog records per batch, whatever the batch costs,
     # in tasks of 25,000
-    "catchup-100k": {"catchup.maxOffsetsPerTrigger": "100000", "catchup.chunkSize": "25000"},
+    "catchup-100k": {
+        "catchup.splitBacklog": "true",
+        "catchup.maxOffsetsPerTrigger": "100000",
+        "catchup.chunkSize": "25000",
+    },
     # the adaptive budget with the task size before issue 13: the cost of many small tasks
-    "catchup-25k-tasks": {"catchup.chunkSize": "25000"},
+    "catchup-25k-tasks": {"catchup.splitBacklog": "true", "catchup.chunkSize": "25000"},
     # a smaller backlog budget per batch: live records wait less, the backlog takes longer
-    "catchup-40k": {"catchup.maxOffsetsPerTrigger": "40000", "catchup.chunkSize": "10000"},
+    "catchup-40k": {
+        "catchup.splitBacklog": "true",
+        "catchup.maxOffsetsPerTrigger": "40000",
+        "catchup.chunkSize": "10000",
+    },
     # backlog batches aimed at 10 s, the default before issue 33's round 3: more batches, each
     # with the job's fixed cost, and live records that wait less meanwhile
-    "catchup-10s": {"catchup.targetBatchDurationMs": "10000"},
+    "catchup-10s": {"catchup.splitBacklog": "true", "catchup.targetBatchDurationMs": "10000"},
     # Spark's usual in-order reading, no limit: the first batch after restart is the backlog
     "plain": {"catchup.enabled": "false"},
     # Spark's usual in-order reading with a per-batch budget
@@ -404,17 +415,36 @@ examples:
   fastrebalance bench-spark --backlog 2000000 --partitions 8 --modes catchup,plain --plot sink.png
 """,
     )
-    a.option(p, "--backlog", 500_000, a.number(int, 1), "N",
-             "records piled up while the query is down (default: {})")
+    a.option(
+        p,
+        "--backlog",
+        500_000,
+        a.number(int, 1),
+        "N",
+        "records piled up while the query is down (default: {})",
+    )
     a.partitions(p, 4, "partitions of each restart topic (default: {})")
     a.rate(p, 100.0, "live records per second (default: {})")
-    a.option(p, "--modes", ("catchup", "plain", "plain-limited"), a.name_list(tuple(MODES)),
-             "LIST", f"restart modes, any of {', '.join(MODES)} (default: {{}})")
+    a.option(
+        p,
+        "--modes",
+        ("catchup", "plain", "plain-limited"),
+        a.name_list(tuple(MODES)),
+        "LIST",
+        f"restart modes, any of {', '.join(MODES)} (default: {{}})",
+    )
     a.option(p, "--repeat", 1, a.number(int, 1), "N", "runs of each mode or size (default: {})")
-    a.option(p, "--scale", (), a.number_list(int, 1), "P,...",
-             "partitions mode: the topic sizes, e.g. 4,1000 (instead of the restart benchmark)")
-    a.option(p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run "
-             "(default: {})")
+    a.option(
+        p,
+        "--scale",
+        (),
+        a.number_list(int, 1),
+        "P,...",
+        "partitions mode: the topic sizes, e.g. 4,1000 (instead of the restart benchmark)",
+    )
+    a.option(
+        p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run (default: {})"
+    )
     a.bootstrap_servers(p, "a running broker (default: an embedded one)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="also draw the backlog and live records in the sink over time after "
