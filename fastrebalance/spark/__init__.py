@@ -26,6 +26,15 @@ __all__ = ["SCHEMA", "FastRebalanceDataSource", "register"]
 
 #: Admission control (ReadLimit) and Trigger.AvailableNow for Python streaming sources.
 MIN_PYSPARK = (4, 2)
+#: Why 4.0 and 4.1 cannot run the streaming source (docs/spark.md, "Supported Spark versions").
+OLD_PYSPARK_REASON = (
+    "pyspark 4.0 and 4.1 call DataSourceStreamReader.latestOffset() without the start offset"
+    " and without a read limit (SupportsAdmissionControl's latestOffset(start, limit),"
+    " getDefaultReadLimit(), the pyspark.sql.streaming.datasource module and"
+    " SupportsTriggerAvailableNow came in 4.2, SPARK-55304): after a restart the source"
+    " cannot know where the checkpoint left off when it plans the first batch, which is"
+    " where it must skip the backlog, nor apply maxOffsetsPerTrigger or Trigger.AvailableNow"
+)
 
 
 def register(
@@ -59,8 +68,8 @@ def register(
     version = tuple(int(x) for x in pyspark.__version__.split(".")[:2] if x.isdigit())
     if version < MIN_PYSPARK:
         raise RuntimeError(
-            f"fastrebalance.spark needs pyspark >= {'.'.join(map(str, MIN_PYSPARK))}"
-            f" (Python streaming sources with admission control); found {pyspark.__version__}"
+            f"fastrebalance.spark needs pyspark >= {'.'.join(map(str, MIN_PYSPARK))};"
+            f" found {pyspark.__version__}: {OLD_PYSPARK_REASON}"
         )
     try:
         import pyarrow  # noqa: F401

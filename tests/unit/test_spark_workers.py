@@ -40,3 +40,20 @@ def test_the_right_python_passes() -> None:
 def test_the_probe_report_parses() -> None:
     raw = json.dumps({"executable": "/w/python", "error": "boom", "pyarrow": False})
     assert parse_report(raw) == WorkerPython("/w/python", None, "boom", pyarrow=False)
+
+
+def test_register_refuses_pyspark_4_1_naming_the_missing_api(monkeypatch) -> None:
+    """Issue 46, item 4: 4.0 and 4.1 have Python streaming sources, without the start offset
+    and read limit in latestOffset: refused by name, before anything runs."""
+    import pytest
+
+    pyspark = pytest.importorskip("pyspark")
+    from fastrebalance.spark import register
+
+    for old in ("4.1.3", "4.0.4"):
+        monkeypatch.setattr(pyspark, "__version__", old)
+        with pytest.raises(RuntimeError) as info:
+            register(object())  # type: ignore[arg-type]
+        msg = str(info.value)
+        assert f"found {old}" in msg and ">= 4.2" in msg
+        assert "latestOffset(start, limit)" in msg and "SupportsAdmissionControl" in msg
