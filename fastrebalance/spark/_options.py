@@ -77,6 +77,12 @@ OPTIONS: dict[str, tuple[str, str]] = {
         'earliest, latest, or JSON {"topic": {"0": 23, "1": -2}} (-2 earliest, -1 latest);'
         " only for a new query (a checkpoint wins); earliest for spark.read",
     ),
+    "startingOffsetsFromCheckpoint": (
+        "(none)",
+        'a checkpoint folder of a format("kafka") query (local or mounted): a new query starts'
+        " where its last committed batch ended; partitions it does not name from their first"
+        " offset",
+    ),
     "startingOffsetsByTimestamp": (
         "(none)",
         'JSON {"topic": {"0": 1700000000000}}: each partition starts at its first record at'

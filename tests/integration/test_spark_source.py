@@ -1022,3 +1022,57 @@ def test_event_time_query_loses_no_backlog_row_by_default(
     assert sum(dropped) == 0, dropped
     errors = [r.getMessage() for r in caplog.records if r.name == "fastrebalance.spark"]
     assert not errors, errors
+
+
+def test_a_kafka_source_checkpoint_continues_under_this_source(
+    spark, kafka_cluster, topic_factory, tmp_path, capsys
+):
+    """Issue 46, item 2: a format("kafka") query's checkpoint (written here in Spark's
+    offset-log format: its connector jar is not in pyspark's wheel) moves to this source
+    with startingOffsetsFromCheckpoint. Its last committed batch ended at 300/200; batch 1
+    was logged, not committed (Spark would replay it). The new query reads exactly from
+    there: 0 records skipped, 0 read again. It restarts from its own checkpoint with the
+    old one gone, and `spark-offsets` gives its position back for format("kafka")."""
+    from fastrebalance.tools.cli import main
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 2, 1000, "old")  # 500 per partition
+    old = tmp_path / "kafka-ck"
+    for d in ("offsets", "commits"):
+        (old / d).mkdir(parents=True)
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    for batch, ends in ((0, {"0": 300, "1": 200}), (1, {"0": 400, "1": 300})):
+        (old / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{json.dumps({topic: ends})}")
+    (old / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+    def run() -> Recorder:
+        recorder = Recorder()
+        df = (
+            spark.readStream.format("fastrebalance")
+            .option("kafka.bootstrap.servers", bs)
+            .option("subscribe", topic)
+            .option("startingOffsetsFromCheckpoint", str(old))
+            .load()
+        )
+        q = (
+            df.writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "the AvailableNow run did not end"
+        assert q.exception() is None, q.exception()
+        return recorder
+
+    first = run()
+    got = sorted((r.partition, r.offset) for r in first.rows())
+    assert got == [(0, o) for o in range(300, 500)] + [(1, o) for o in range(200, 500)]
+    shutil.rmtree(old)  # the restart reads its own checkpoint only
+    produce(bs, topic, 2, 100, "new")
+    second = run()
+    assert sorted((r.partition, r.offset) for r in second.rows()) == [
+        (p, o) for p in (0, 1) for o in range(500, 550)
+    ]
+    capsys.readouterr()
+    assert main(["spark-offsets", str(tmp_path / "ck")]) == 0
+    assert json.loads(capsys.readouterr().out) == {topic: {"0": 550, "1": 550}}
