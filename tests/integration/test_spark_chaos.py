@@ -58,19 +58,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 KILLS = {"processingTime": 2, "once": 1, "availableNow": 1}
 
 
-def _event_time_settings(seed: int | None, routing: bool = False) -> SparkChaosSettings:
+def _event_time_settings(seed: int | None) -> SparkChaosSettings:
     """The event-time run: processingTime only, one kill in the first sink call, then the
-    drain's restart with a burst behind it and live traffic on top. Without ``routing``,
-    the query a user writes (every row through the count) on the source's defaults, which
-    read the whole backlog in one batch: the harness's backlog budget then does not apply."""
+    drain's restart with a burst behind it and live traffic on top. The query a user writes
+    (every row through the count) on the source's defaults, which read the whole backlog in
+    one batch (issue 46). The routed shape of issue 33 (``event_time_routing``) is the CLI's
+    only: a fifth Spark driver beside the four would slow the whole slice on 2 cores."""
     s = SparkChaosSettings(
         duration_s=0, seed=seed, min_kills=1, triggers=("processingTime",),
         first_points=("sink_done",), event_time=True, down_s=(0.5, 1.0), rate=100,
-        burst=(2_000, 4_000), event_time_routing=routing,
+        burst=(2_000, 4_000),
     )  # fmt: skip
-    # routed: the restart backlog (the lives' JVM starts at 100 records/s, and the burst) in
-    # a batch or two: a batch costs seconds whatever it holds
-    s.options["catchup.maxOffsetsPerTrigger"] = "20000"
     return s
 
 
@@ -101,7 +99,6 @@ def runs(kafka_cluster) -> Iterator[dict[str, SparkChaosResult]]:
             starting_offsets="latest", first_points=("sink_done",), rate=500,
         ),
         "event_time": _event_time_settings(seed),
-        "event_time_routed": _event_time_settings(seed, routing=True),
     }  # fmt: skip
     out: dict[str, SparkChaosResult | BaseException] = {}
 
@@ -192,27 +189,6 @@ def test_no_driver_process_is_left(runs: dict[str, SparkChaosResult]) -> None:
     assert lives and all(life.pid > 0 for life in lives)
     left = {life.pid: session_members(life.pid) for life in lives}
     assert not any(left.values()), left
-
-
-def test_event_time_windows_complete_across_a_kill_and_a_restart_backlog(
-    runs: dict[str, SparkChaosResult],
-) -> None:
-    """The routed event-time mode (issue 33), its own run beside the others: one driver killed in
-    its first sink call, then the drain, a restart with a burst behind it and live traffic on
-    top, so that the restart's first batch moves the watermark past the backlog. The query
-    routes backlog rows around its watermarked count per window (docs/spark.md, Event time):
-    every closed window must hold its full count, and backlog rows behind their batch's
-    watermark must have been read (or the run did not test what it is for)."""
-    r = runs["event_time_routed"]
-    text = format_result(r)
-    phase = _phase(r, "processingTime")
-    assert phase.kills >= 1, text
-    w = phase.windows
-    assert w is not None and w.checked > 0 and w.live > 0, text
-    assert w.behind > 0 and w.backlog > 0, text
-    others = [k for k, v in phase.problems.items() if v and k != "crash_duplicates"]
-    assert not phase.failures and not others and w.ok, text
-    assert phase.ok, text
 
 
 def test_event_time_default_query_windows_complete_across_a_kill_and_a_restart_backlog(
