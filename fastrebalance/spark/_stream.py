@@ -319,12 +319,12 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
 
         Why all of it: the restart batch holds live records, and at its end Spark moves an
         event-time watermark past the backlog. Spark filters a batch's late rows with the
-        watermark of the batch before it (``eventTimeWatermarkForLateEvents``, Spark 3.5 on),
-        so the batch right after the restart batch still keeps rows older than the live ones,
-        and every batch after it drops them. Reading the whole backlog in that one batch keeps
-        every backlog row and still puts the live records first, whether or not the query
-        has a watermark: the source cannot tell (Spark tells a source nothing about the
-        operators downstream of it).
+        watermark of the batch before it (``eventTimeWatermarkForLateEvents``, Spark 3.4 on,
+        SPARK-40925), so the batch right after the restart batch still keeps rows older
+        than the live ones, and every batch after it drops them. Reading the whole backlog
+        in that one batch keeps every backlog row and still puts the live records first,
+        whether or not the query has a watermark: the source cannot tell (Spark tells a
+        source nothing about the operators downstream of it).
 
         With catchup.splitBacklog=true: the adaptive budget, stretched to take a small
         remainder along (a backlog a little over the budget would otherwise leave a tail of a
