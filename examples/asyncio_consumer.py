@@ -70,10 +70,8 @@ async def run(bootstrap: str, topic: str) -> int:
                 if msg.value() == b"fresh!":
                     first_fresh_at = seen
             await consumer.commit(asynchronous=False)  # everything handed out
-        print(
-            f"delivered {seen} records in {time.monotonic() - began:.1f} s;"
-            f" the fresh one came #{first_fresh_at}"
-        )
+        print(f"delivered {seen} records in {time.monotonic() - began:.1f} s;"
+              f" the fresh one came #{first_fresh_at}")
         print(f"child consumer alive (on standby): {await consumer.child_consumer_is_alive()}")
     finally:
         await consumer.close()

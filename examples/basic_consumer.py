@@ -58,10 +58,8 @@ def run(bootstrap: str, topic: str) -> int:
                 first_fresh_at = seen
             if seen % 500 == 0:  # not one commit per record: a broker takes ~10 ms each
                 consumer.commit(message=msg, asynchronous=True)
-        print(
-            f"delivered {seen} records in {time.monotonic() - began:.1f} s;"
-            f" the fresh one came #{first_fresh_at}"
-        )
+        print(f"delivered {seen} records in {time.monotonic() - began:.1f} s;"
+              f" the fresh one came #{first_fresh_at}")
         print(f"child consumer alive (on standby): {consumer.child_consumer_is_alive()}")
         consumer.commit(asynchronous=False)
     return 0 if seen == 5001 and first_fresh_at is not None and first_fresh_at < 5001 else 1

@@ -695,7 +695,9 @@ class Child:
             except TokenError:
                 continue
             if cp is not None and checkpoint_is_stale(cp, added[key]):
-                retire.append(TopicPartition(key[0], key[1], added[key][0], metadata=NO_CHECKPOINT))
+                retire.append(
+                    TopicPartition(key[0], key[1], added[key][0], metadata=NO_CHECKPOINT)
+                )
         if not retire or not write:
             return retire
         try:

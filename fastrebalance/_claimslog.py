@@ -153,8 +153,7 @@ class ClaimsLog:
         absorbed pending, whatever the log forgot). Raises like ``start()``."""
         log.error(
             "claims topic %s is gone (deleted?): making it again with its own settings; "
-            "chunks in flight may be read again",
-            self.topic,
+            "chunks in flight may be read again", self.topic
         )
         self.close(self._timeout)
         self.closed = False
@@ -201,9 +200,7 @@ class ClaimsLog:
             # docs/design.md)
             log.warning(
                 "claims topic %s: no controller answers CreateTopics (%s): created by the "
-                "broker's auto-creation instead, with its defaults",
-                self.topic,
-                err.str(),
+                "broker's auto-creation instead, with its defaults", self.topic, err.str()
             )
             AdminClient(client_config(self._conf, "claims-admin")).list_topics(
                 self.topic, timeout=self._timeout

@@ -65,7 +65,9 @@ def _no_offset() -> KafkaException:
 
 def _clip(claims: list[Claim], limit: int) -> list[Claim]:
     """The claims, cut at ``limit``: nothing at or beyond it is claimed."""
-    return [Claim(c.start, min(c.end, limit), c.child, c.exact) for c in claims if c.start < limit]
+    return [
+        Claim(c.start, min(c.end, limit), c.child, c.exact) for c in claims if c.start < limit
+    ]
 
 
 class Committer:
@@ -151,7 +153,9 @@ class Committer:
                 continue  # as librdkafka: a logical offset is not committed
             key = (t.topic, t.partition)
             history = self._p.history.get(key)
-            if history is None and self._group is not None and self._group.holds(key, t.offset - 1):
+            if history is None and self._group is not None and self._group.holds(
+                key, t.offset - 1
+            ):
                 # Never this member's partition: the offset follows a record its child read
                 # for the group (a chunk). As of any backlog record, an offset claims none
                 # of it; written as a plain position it claimed the owner's whole backlog
@@ -265,7 +269,9 @@ class Committer:
         finally:
             self._reporter.publish()
 
-    def _refuse_lost(self, message: Message | None, offsets: list[TopicPartition] | None) -> None:
+    def _refuse_lost(
+        self, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> None:
         """Inside on_lost, as confluent-kafka: a bare commit() raises _ASSIGNMENT_LOST, and
         so does one that names a lost partition (the classic protocol's broker refuses it as
         a fenced member's; the consumer protocol's took it, overwriting the offset and token
@@ -320,7 +326,9 @@ class Committer:
             log.warning("group commit after done chunks failed (offsets stay safe): %s", exc)
         self._reporter.publish()
 
-    def store_offsets(self, message: Message | None, offsets: list[TopicPartition] | None) -> None:
+    def store_offsets(
+        self, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> None:
         self.refuse_outside_transactions("store_offsets()")
         changes: dict[Key, Change]
         if self._group is not None and message is not None:

@@ -468,7 +468,9 @@ class Delivery:
         if offset < 0:
             low, high = -1, -1
             with contextlib.suppress(KafkaException):
-                low, high = self._primary.get_watermark_offsets(TopicPartition(*key), cached=True)
+                low, high = self._primary.get_watermark_offsets(
+                    TopicPartition(*key), cached=True
+                )
             if offset == -1:  # OFFSET_END
                 offset = max(high, a.epoch.floor)
             elif offset == OFFSET_BEGINNING:

@@ -603,11 +603,8 @@ class GroupCatchup:
         rest = []
         for m in messages:
             topic, partition, offset = m.topic(), m.partition(), m.offset()
-            if (
-                m.error() is None
-                and topic is not None
-                and partition is not None
-                and (offset is not None and self.holds((topic, partition), offset))
+            if m.error() is None and topic is not None and partition is not None and (
+                offset is not None and self.holds((topic, partition), offset)
             ):
                 key = (topic, partition)
                 mine.setdefault(key, []).extend(_stream_claims(self._helped[key], offset))
@@ -762,6 +759,7 @@ class GroupCatchup:
                 self._log.send(ClaimRecord("done", self.member, ck[0], ck[1], (piece,)))
             log.info("%s [%d] chunk [%d, %d): handed back %d committed offsets",
                      *ck, committed.count())  # fmt: skip
+
 
 
 def _unclaimed(h: _Helped, handed: Iterable[tuple[int, int]]) -> list[Claim]:

@@ -101,7 +101,6 @@ class Planner:
             KafkaException: the group's committed offsets could not be read (the child's
                 log is optional: without it the backlog is re-read).
         """
-
         def read() -> list[TopicPartition]:
             answers = self._primary.committed(
                 [TopicPartition(*k) for k in keys],
@@ -194,7 +193,6 @@ class Planner:
             if budget.remaining() == 0:
                 out[key] = spent
                 continue
-
             def watermarks(key: Key = key) -> tuple[int, int]:
                 low, high = self._primary.get_watermark_offsets(
                     TopicPartition(*key),
@@ -208,3 +206,4 @@ class Planner:
             except KafkaException as exc:
                 out[key] = exc
         return out
+

@@ -219,3 +219,4 @@ def checkpoint_is_stale(cp: ChildCheckpoint, added: tuple[int, int]) -> bool:
     range and skip the records the operator asked to reprocess.
     """
     return cp.end == added[1]
+

@@ -318,10 +318,8 @@ class History:
         that is ``child_offset_claim``'s."""
         last = offset - 1
         epoch = self.latest
-        if (
-            epoch is None
-            or last in self.forgotten
-            or any(run.holds(last) for e in self.epochs for run in e.child)
+        if epoch is None or last in self.forgotten or any(
+            run.holds(last) for e in self.epochs for run in e.child
         ):
             return None
         return epoch.position_claim(offset)

@@ -331,7 +331,9 @@ class AsyncDeserializingConsumer(AIOConsumer, Generic[K, V]):
             raise ConsumeError(error, kafka_message=msg)
         return msg  # type: ignore[return-value]
 
-    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message[K, V]]:
+    async def consume(
+        self, num_messages: int = 1, timeout: float = -1
+    ) -> list[Message[K, V]]:
         """Up to ``num_messages`` records, deserialized; error events returned as they are.
 
         Raises:

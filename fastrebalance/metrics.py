@@ -302,3 +302,4 @@ class StatusCollector:
 
     def describe(self) -> list[Any]:
         return []
+

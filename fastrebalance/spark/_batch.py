@@ -41,7 +41,9 @@ def plan_batch(
             raise ValueError(
                 f"{tp[0]}-{tp[1]}: the starting offset {start} is above the ending {end}"
             )
-        out.extend(Slice(tp[0], tp[1], a, b, False) for a, b in even_chunks(start, end, slice_size))
+        out.extend(
+            Slice(tp[0], tp[1], a, b, False) for a, b in even_chunks(start, end, slice_size)
+        )
     return out
 
 

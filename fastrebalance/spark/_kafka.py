@@ -79,7 +79,9 @@ class _Columns:
         self.ts: list[int | None] = []
         self.ts_types: list[int] = []
         # Spark's Kafka source: null for a record without headers, else (key, value) pairs
-        self.headers: list[Any] | None = [] if include_headers else None
+        self.headers: list[Any] | None = (
+            [] if include_headers else None
+        )
 
     def __len__(self) -> int:
         return len(self.offsets)

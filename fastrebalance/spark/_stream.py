@@ -83,7 +83,6 @@ WHOLE_BACKLOG = 2**63 - 1
 #: FastRebalanceStreamReader._batch_budget).
 TAIL_SHARE = 0.25
 
-
 class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options

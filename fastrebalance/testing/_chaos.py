@@ -218,11 +218,8 @@ def _run(
         from fastrebalance.testing._clusters import set_consumer_group_timeouts
 
         took, why = set_consumer_group_timeouts(bootstrap, group, s.session_timeout_ms)
-        out(
-            f"chaos: group session timeout {s.session_timeout_ms} ms"
-            if took
-            else f"chaos: the broker's group session timeout applies ({why})"
-        )
+        out(f"chaos: group session timeout {s.session_timeout_ms} ms" if took else
+            f"chaos: the broker's group session timeout applies ({why})")
     for kind, method in BROKER_FAULTS.items():
         if kind in s.faults and not hasattr(cluster, method):
             out(f"chaos: {kind} needs a broker of the run's own; skipped on this one")
@@ -336,11 +333,7 @@ def _run(
             result.async_commit_whens.update(r.commit_whens)
     result.samples, result.sample_errors = len(sampler.samples), sampler.errors
     check(
-        result,
-        producer.sent,
-        len(producer.failed),
-        producer.delivered,
-        fleet.log_paths(),
+        result, producer.sent, len(producer.failed), producer.delivered, fleet.log_paths(),
         sampler.samples,
     )
     if s.eos:

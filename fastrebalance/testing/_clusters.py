@@ -296,7 +296,9 @@ def set_consumer_group_timeouts(
     resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=entries)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
+        for future in admin.incremental_alter_configs(
+            [resource], request_timeout=timeout
+        ).values():
             future.result(timeout)
     except (KafkaException, TimeoutError) as exc:
         return False, f"{type(exc).__name__}: {exc}"

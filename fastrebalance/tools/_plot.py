@@ -91,7 +91,7 @@ def draw(panels: Sequence[Panel], path: str, title: str, columns: int = 3) -> st
     try:
         for ax, panel in zip(axes.flat, panels, strict=False):
             _draw_panel(ax, panel)
-        for ax in axes.flat[len(panels) :]:
+        for ax in axes.flat[len(panels):]:
             ax.set_visible(False)
         for ax in axes.flat:
             ax.set_xlabel("produced, seconds after the restart")

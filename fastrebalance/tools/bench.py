@@ -313,10 +313,8 @@ def _recovery(
     fresh = wl.FreshProducer(bootstrap, wl.partition_keys(topic, s.partitions), s.rate)
     fresh.start()
     session.later(fresh.stop)
-    emit(
-        f"recovery: {topic}, {s.partitions} partitions, {s.rate:g} fresh records/s throughout,"
-        f" group protocol {s.group_protocol}"
-    )
+    emit(f"recovery: {topic}, {s.partitions} partitions, {s.rate:g} fresh records/s throughout,"
+         f" group protocol {s.group_protocol}")
     failures = 0
 
     def one(asked: int, work_us: float, rep: int, consumer: str) -> None:
@@ -527,10 +525,8 @@ def protocol_line(protocol: str) -> str:
     if protocol == "consumer":
         return ("Group protocol: consumer (KIP-848, `group.protocol=consumer`) for every measured"
                 " consumer; session and heartbeat are the broker's.")  # fmt: skip
-    return (
-        f"Group protocol: classic for every measured consumer (session.timeout.ms"
-        f" {group_conf('classic')['session.timeout.ms']})."
-    )
+    return (f"Group protocol: classic for every measured consumer (session.timeout.ms"
+            f" {group_conf('classic')['session.timeout.ms']}).")
 
 
 def format_markdown(result: BenchResult, command: str | None = None) -> str:
@@ -564,7 +560,8 @@ def add_command(commands: a.Commands) -> None:
     p = a.command(
         commands,
         "bench",
-        "benchmark post-crash latency, catch-up speed and overhead against plain confluent-kafka",
+        "benchmark post-crash latency, catch-up speed and overhead against plain "
+        "confluent-kafka",
         (
             "recovery: a group B records behind restarts while fresh timestamped records "
             "arrive, each record costing W us of work: plain confluent-kafka (defaults, and "
@@ -585,83 +582,34 @@ examples:
 """,
     )
     int_list, float_list, count = a.number_list(int, 1), a.number_list(float, 0), a.number(int, 1)
-    a.option(
-        p,
-        "--backlogs",
-        d.backlogs,
-        int_list,
-        "B,...",
-        "recovery backlog sizes, records (default: {})",
-    )
-    a.option(
-        p,
-        "--work-us",
-        d.work_us,
-        float_list,
-        "W,...",
-        "work per record, microseconds (default: {})",
-    )
-    a.option(
-        p,
-        "--reps",
-        d.reps,
-        count,
-        "N",
-        "repetitions of every recovery run (and group run); tables show medians (default: {})",
-    )
-    a.option(
-        p,
-        "--steady-reps",
-        d.steady_reps,
-        count,
-        "N",
-        "repetitions of every steady-state run (default: {})",
-    )
-    a.option(
-        p,
-        "--duration",
-        d.duration_s,
-        a.positive(),
-        "SECONDS",
-        "fresh-latency window after each restart; each recovery run lasts at least "
-        "this long (default: {})",
-    )
+    a.option(p, "--backlogs", d.backlogs, int_list, "B,...",
+             "recovery backlog sizes, records (default: {})")
+    a.option(p, "--work-us", d.work_us, float_list, "W,...",
+             "work per record, microseconds (default: {})")
+    a.option(p, "--reps", d.reps, count, "N",
+             "repetitions of every recovery run (and group run); tables show medians "
+             "(default: {})")
+    a.option(p, "--steady-reps", d.steady_reps, count, "N",
+             "repetitions of every steady-state run (default: {})")
+    a.option(p, "--duration", d.duration_s, a.positive(), "SECONDS",
+             "fresh-latency window after each restart; each recovery run lasts at least "
+             "this long (default: {})")
     a.rate(p, d.rate, "fresh records per second (default: {})")
     a.partitions(p, d.partitions, "partitions of each benchmark topic (default: {})")
-    a.option(
-        p,
-        "--throughput-records",
-        d.throughput_records,
-        count,
-        "N",
-        "records each steady-state run reads (default: {})",
-    )
-    p.add_argument(
-        "--scenario",
-        choices=("all", "recovery", "steady", "group"),
-        default="all",
-        help="which scenario to run (default: all; group: group-wide catch-up, 1-4 "
-        "member processes, python -m fastrebalance.tools.groupbench run --help)",
-    )
-    p.add_argument(
-        "--group-protocol",
-        choices=GROUP_PROTOCOLS,
-        default=d.group_protocol,
-        help="group.protocol of every measured consumer, plain and fastrebalance "
-        "(default: classic; consumer: KIP-848, Apache Kafka 4 or the embedded "
-        "cluster; the session and heartbeat are then the broker's). Not for "
-        "--scenario group",
-    )
-    a.bootstrap_servers(
-        p,
-        "use this Kafka cluster instead of an embedded one; the benchmark "
-        "topics and groups are deleted afterwards",
-    )
-    a.timeout(
-        p,
-        d.run_timeout_s,
-        "give up on a run after this long; undelivered records count as lost (default: {})",
-    )
+    a.option(p, "--throughput-records", d.throughput_records, count, "N",
+             "records each steady-state run reads (default: {})")
+    p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
+                   help="which scenario to run (default: all; group: group-wide catch-up, 1-4 "
+                   "member processes, python -m fastrebalance.tools.groupbench run --help)")
+    p.add_argument("--group-protocol", choices=GROUP_PROTOCOLS, default=d.group_protocol,
+                   help="group.protocol of every measured consumer, plain and fastrebalance "
+                   "(default: classic; consumer: KIP-848, Apache Kafka 4 or the embedded "
+                   "cluster; the session and heartbeat are then the broker's). Not for "
+                   "--scenario group")
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
+                        "topics and groups are deleted afterwards")
+    a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
+              "count as lost (default: {})")
     a.report_files(p)
     p.add_argument("--plot", metavar="FILE.png",
                    help="also draw each fresh record's latency after the restart, per "

@@ -67,80 +67,36 @@ def _add_chaos(commands: a.Commands) -> None:
         _CHAOS_EXAMPLES,
     )
     count = a.number(int, 0)
-    p.add_argument(
-        "--duration",
-        type=a.duration,
-        default=600.0,
-        metavar="D",
-        help="how long faults are injected, e.g. 90s, 10m, 1h (default: 10m)",
-    )
+    p.add_argument("--duration", type=a.duration, default=600.0, metavar="D",
+                   help="how long faults are injected, e.g. 90s, 10m, 1h (default: 10m)")
     a.seed(p, "replay the fault schedule of an earlier run")
-    a.option(
-        p,
-        "--workers",
-        3,
-        a.number(int, 1),
-        "N",
-        "consumer processes at the start; "
-        "faults add and remove members within N-1..N+2 (default: {})",
-    )
+    a.option(p, "--workers", 3, a.number(int, 1), "N", "consumer processes at the start; "
+             "faults add and remove members within N-1..N+2 (default: {})")
     a.partitions(p, 8, "(default: {})")
-    a.rate(
-        p,
-        500.0,
-        "records produced per second (default: {}; the embedded cluster keeps "
-        "about 100k small lz4 records per partition, older ones are deleted by retention "
-        "and reported apart)",
-    )
-    p.add_argument(
-        "--protocol",
-        choices=("classic", "cooperative", "consumer"),
-        default="cooperative",
-        help="group protocol: classic (eager range), "
-        "cooperative (cooperative-sticky), consumer (KIP-848) (default: cooperative)",
-    )
+    a.rate(p, 500.0, "records produced per second (default: {}; the embedded cluster keeps "
+           "about 100k small lz4 records per partition, older ones are deleted by retention "
+           "and reported apart)")
+    p.add_argument("--protocol", choices=("classic", "cooperative", "consumer"),
+                   default="cooperative", help="group protocol: classic (eager range), "
+                   "cooperative (cooperative-sticky), consumer (KIP-848) (default: cooperative)")
     a.threshold(p, 20, "parallel.rebalance.lag.threshold of the consumers (default: {})")
-    a.option(
-        p,
-        "--work-us",
-        250,
-        count,
-        "W",
-        "simulated processing per record, microseconds (default: {})",
-    )
+    a.option(p, "--work-us", 250, count, "W",
+             "simulated processing per record, microseconds (default: {})")
     p.add_argument("--faults", type=a.name_list(ALL_FAULTS), default=ALL_FAULTS,
                    metavar="LIST", help="comma-separated faults to inject (default: all): "
                    + ", ".join(ALL_FAULTS))  # fmt: skip
-    a.option(
-        p,
-        "--min-faults",
-        20,
-        count,
-        "N",
-        "keep injecting past --duration until this many faults (default: {})",
-    )
-    p.add_argument(
-        "--modes",
-        type=_modes,
-        default=WORKER_MODES,
-        metavar="LIST",
-        help="worker behaviours, one drawn per process from the seed (default: "
-        "inorder,async): inorder (consume, process, fsync, commit), async (held "
-        "batches processed out of order, commits made late), eos (alone: "
-        "read-process-write in transactions, checked exactly once in the output; "
-        "needs a broker that stores transactional offsets, not the embedded one)",
-    )
-    a.option(
-        p,
-        "--cpu-hog",
-        0,
-        count,
-        "N",
-        "run N busy processes beside everything, for the whole run: a loaded machine (default: {})",
-    )
-    a.bootstrap_servers(
-        p, "use this Kafka cluster instead of an embedded one (no broker pauses then)"
-    )
+    a.option(p, "--min-faults", 20, count, "N",
+             "keep injecting past --duration until this many faults (default: {})")
+    p.add_argument("--modes", type=_modes, default=WORKER_MODES, metavar="LIST",
+                   help="worker behaviours, one drawn per process from the seed (default: "
+                   "inorder,async): inorder (consume, process, fsync, commit), async (held "
+                   "batches processed out of order, commits made late), eos (alone: "
+                   "read-process-write in transactions, checked exactly once in the output; "
+                   "needs a broker that stores transactional offsets, not the embedded one)")
+    a.option(p, "--cpu-hog", 0, count, "N", "run N busy processes beside everything, for the "
+             "whole run: a loaded machine (default: {})")
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one (no broker "
+                        "pauses then)")
     p.add_argument("--kafka-home", metavar="DIR", help="start a real Apache Kafka of the "
                    "run's own from this distribution (bin/kafka-up, e.g. ../shared/kafka), "
                    "which broker_pause and broker_restart then hit")  # fmt: skip
@@ -182,20 +138,8 @@ def _chaos(args: argparse.Namespace, defaults: argparse.Namespace) -> int:
 
     result = run_chaos(settings, out=out)
     # the command that replays this run: the options given, with the seed drawn
-    options = (
-        "workers",
-        "partitions",
-        "rate",
-        "protocol",
-        "threshold",
-        "work_us",
-        "min_faults",
-        "cpu_hog",
-        "bootstrap_servers",
-        "kafka_home",
-        "faults",
-        "modes",
-    )
+    options = ("workers", "partitions", "rate", "protocol", "threshold", "work_us",
+               "min_faults", "cpu_hog", "bootstrap_servers", "kafka_home", "faults", "modes")
     words = ["fastrebalance", "chaos", "--duration", f"{args.duration:g}s"]
     words += ["--seed", str(result.seed), *a.spelled(args, options, defaults)]
     print()
@@ -235,14 +179,8 @@ def _add_chaos_spark(commands: a.Commands) -> None:
                    help="kill points (default: all): " + ", ".join(KILL_POINTS))  # fmt: skip
     p.add_argument("--first-points", type=points, default=(), metavar="LIST",
                    help="the first lives' kill points (a reproduction)")  # fmt: skip
-    a.option(
-        p,
-        "--min-kills",
-        3,
-        a.number(int, 0),
-        "N",
-        "per trigger, past --duration if need be (default: {})",
-    )
+    a.option(p, "--min-kills", 3, a.number(int, 0), "N",
+             "per trigger, past --duration if need be (default: {})")
     a.partitions(p, 4, None)
     a.rate(p, 200.0, "live records per second (default: {})")
     p.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest")
@@ -250,20 +188,14 @@ def _add_chaos_spark(commands: a.Commands) -> None:
     p.add_argument("--parallel", action="store_true", help="run the triggers side by side")
     p.add_argument("--option", action="append", default=[], metavar="K=V",
                    help="a source option, over the harness's catch-up defaults")  # fmt: skip
-    p.add_argument(
-        "--event-time",
-        action="store_true",
-        help="a watermarked count per window of every row, the source's defaults; "
-        "checked per window (docs/spark.md, Event time)",
-    )
-    p.add_argument(
-        "--event-time-routing",
-        action="store_true",
-        help="with --event-time: the backlog routed around the count, catchup.splitBacklog=true",
-    )
-    p.add_argument(
-        "--window", type=a.duration, metavar="D", help="--event-time's window (default: 2s)"
-    )
+    p.add_argument("--event-time", action="store_true",
+                   help="a watermarked count per window of every row, the source's defaults; "
+                   "checked per window (docs/spark.md, Event time)")
+    p.add_argument("--event-time-routing", action="store_true",
+                   help="with --event-time: the backlog routed around the count, "
+                   "catchup.splitBacklog=true")
+    p.add_argument("--window", type=a.duration, metavar="D",
+                   help="--event-time's window (default: 2s)")
     p.add_argument("--watermark-delay", type=a.duration, metavar="D",
                    help="--event-time's watermark delay (default: 2s)")  # fmt: skip
     a.bootstrap_servers(p, "(default: an embedded cluster)")
@@ -296,23 +228,9 @@ def _chaos_spark(args: argparse.Namespace) -> int:
             return a.EXIT_USAGE
         settings.options[key] = value
     result = run_spark_chaos(settings, out=lambda line: print(line, flush=True))
-    options = (
-        "min_kills",
-        "triggers",
-        "points",
-        "first_points",
-        "partitions",
-        "rate",
-        "starting_offsets",
-        "master",
-        "parallel",
-        "option",
-        "event_time",
-        "event_time_routing",
-        "window",
-        "watermark_delay",
-        "bootstrap_servers",
-    )
+    options = ("min_kills", "triggers", "points", "first_points", "partitions", "rate",
+               "starting_offsets", "master", "parallel", "option", "event_time",
+               "event_time_routing", "window", "watermark_delay", "bootstrap_servers")
     words = ["fastrebalance", "chaos-spark", "--seed", str(result.seed)]
     words += ["--duration", f"{args.duration:g}s", *a.spelled(args, options)]
     print()
@@ -335,30 +253,15 @@ def _add_chaos_group(commands: a.Commands) -> None:
             "(docs/reliability.md).",
         ),
     )
-    p.add_argument(
-        "--duration",
-        type=a.duration,
-        default=300.0,
-        metavar="D",
-        help="how long members are killed, e.g. 90s, 30m (default: 5m)",
-    )
+    p.add_argument("--duration", type=a.duration, default=300.0, metavar="D",
+                   help="how long members are killed, e.g. 90s, 30m (default: 5m)")
     a.seed(p, "replay the kill schedule of an earlier run")
     a.option(p, "--members", 3, a.number(int, 1), "N", "member processes (default: {})")
-    a.option(
-        p,
-        "--backlog",
-        30_000,
-        a.number(int, 1),
-        "N",
-        "records pending when the members start (default: {})",
-    )
-    p.add_argument(
-        "--protocol",
-        choices=("classic", "consumer"),
-        default="classic",
-        help="group protocol: classic, or consumer (KIP-848; Apache Kafka 4 or "
-        "the embedded cluster) (default: classic)",
-    )
+    a.option(p, "--backlog", 30_000, a.number(int, 1), "N",
+             "records pending when the members start (default: {})")
+    p.add_argument("--protocol", choices=("classic", "consumer"), default="classic",
+                   help="group protocol: classic, or consumer (KIP-848; Apache Kafka 4 or "
+                        "the embedded cluster) (default: classic)")
     a.bootstrap_servers(p, "(default: an embedded cluster)")
     a.workdir(p, "where the members' logs go (default: a new temporary directory, kept)")
     p.set_defaults(func=_chaos_group)

@@ -304,17 +304,11 @@ def format_results(result: DemoResult) -> str:
         " after it, and its latency runs from produce to delivery. plain/fast above 1:"
         f" fastrebalance was that many times faster. {s.work_us:g} us of work per record,"
         f" {s.rate:g} fresh records/s, {s.partitions} partitions, {result.cluster}.",
-        *(
-            [
-                f"Same group: each restart waited for the SIGKILLed member's session timeout"
-                f" (session.timeout.ms={SESSION_TIMEOUT_MS}; Apache Kafka's default is"
-                f" {_DEFAULT_SESSION_TIMEOUT_MS}) before it got its partitions. The times include"
-                " that wait; the records produced during it count as backlog, fresh ones are"
-                " those produced after the assignment."
-            ]
-            if s.same_group
-            else []
-        ),
+        *([f"Same group: each restart waited for the SIGKILLed member's session timeout"
+           f" (session.timeout.ms={SESSION_TIMEOUT_MS}; Apache Kafka's default is"
+           f" {_DEFAULT_SESSION_TIMEOUT_MS}) before it got its partitions. The times include"
+           " that wait; the records produced during it count as backlog, fresh ones are"
+           " those produced after the assignment."] if s.same_group else []),
         *[f"note: {n}" for n in result.notes],
     ]
     for name, r in (("plain", p), ("fastrebalance", f)):
@@ -356,42 +350,18 @@ examples:
   fastrebalance demo --bootstrap-servers localhost:9092   # docker compose up -d --wait
 """,
     )
-    a.option(
-        p,
-        "--backlog",
-        d.backlog,
-        a.number(int, 0),
-        "N",
-        "records produced before the restart (default: {})",
-    )
+    a.option(p, "--backlog", d.backlog, a.number(int, 0), "N",
+             "records produced before the restart (default: {})")
     a.partitions(p, d.partitions, "partitions of the demo topic (default: {})")
     a.rate(p, d.rate, "fresh records per second during the restarts (default: {})")
-    a.option(
-        p,
-        "--work-us",
-        d.work_us,
-        a.number(float, 0),
-        "W",
-        "simulated processing per record, microseconds (default: {})",
-    )
-    a.bootstrap_servers(
-        p,
-        "use this Kafka cluster instead of an embedded one (e.g. "
-        "localhost:9092); the demo topic and groups are deleted afterwards",
-    )
-    a.option(
-        p,
-        "--tail",
-        d.tail_s,
-        a.number(float, 0),
-        "SECONDS",
-        "fresh traffic each restart keeps reading after its backlog is delivered (default: {})",
-    )
-    a.timeout(
-        p,
-        d.run_timeout_s,
-        "give up on a restart after this long; undelivered records count as lost (default: {})",
-    )
+    a.option(p, "--work-us", d.work_us, a.number(float, 0), "W",
+             "simulated processing per record, microseconds (default: {})")
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one (e.g. "
+                        "localhost:9092); the demo topic and groups are deleted afterwards")
+    a.option(p, "--tail", d.tail_s, a.number(float, 0), "SECONDS", "fresh traffic each "
+             "restart keeps reading after its backlog is delivered (default: {})")
+    a.timeout(p, d.run_timeout_s, "give up on a restart after this long; undelivered records "
+              "count as lost (default: {})")
     p.add_argument("--same-group", action="store_true",
                    help="SIGKILL a member of the restarted group itself (a process of its own) "
                    "and restart into that group: each restart then waits for the dead "

@@ -243,40 +243,16 @@ def add_command(commands: a.Commands) -> None:
     d = DEFAULTS
     a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one")
     a.option(p, "--backlog", d["backlog"], a.number(int, 1), "N", "backlog records (default: {})")
-    a.option(
-        p,
-        "--work-us",
-        d["work_us"],
-        a.number(float, 0),
-        "W",
-        "waiting work per record, microseconds (default: {})",
-    )
-    a.option(
-        p,
-        "--members",
-        d["members"],
-        a.number_list(int, 1),
-        "N,...",
-        "member processes, one run each (default: {})",
-    )
+    a.option(p, "--work-us", d["work_us"], a.number(float, 0), "W",
+             "waiting work per record, microseconds (default: {})")
+    a.option(p, "--members", d["members"], a.number_list(int, 1), "N,...",
+             "member processes, one run each (default: {})")
     a.option(p, "--kinds", KINDS, a.name_list(KINDS), "LIST", "kinds to run (default: {})")
     a.rate(p, 200, "fresh records per second (default: {})")
-    a.option(
-        p,
-        "--chunk",
-        d["chunk"],
-        a.number(int, 1),
-        "N",
-        "parallel.rebalance.group.chunk.records (default: {})",
-    )
-    a.option(
-        p,
-        "--reps",
-        d["reps"],
-        a.number(int, 1),
-        "N",
-        "repetitions of each member count (default: {})",
-    )
+    a.option(p, "--chunk", d["chunk"], a.number(int, 1), "N",
+             "parallel.rebalance.group.chunk.records (default: {})")
+    a.option(p, "--reps", d["reps"], a.number(int, 1), "N",
+             "repetitions of each member count (default: {})")
     a.timeout(p, 300.0, "give up on a drain after this long (default: {})")
     a.report_files(p)
     p.set_defaults(func=run_from_args)

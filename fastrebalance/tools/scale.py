@@ -663,56 +663,22 @@ examples:
 """,
     )
     a.partitions(p, d.partitions, "partitions of the group in every layout (default: {})", 2)
-    a.option(
-        p,
-        "--layouts",
-        d.layouts,
-        a.number_list(int, 1),
-        "T,...",
-        "topics to spread the partitions over, one run each; must divide P (default: {})",
-    )
-    a.option(
-        p,
-        "--members",
-        d.members,
-        a.number_list(int, 1),
-        "N,...",
-        "group sizes, one process per member (default: {})",
-    )
-    a.option(
-        p,
-        "--backlog",
-        d.backlog,
-        a.number(int, 1),
-        "B",
-        "records written to every partition before the crash, and again after it (default: {})",
-    )
+    a.option(p, "--layouts", d.layouts, a.number_list(int, 1), "T,...",
+             "topics to spread the partitions over, one run each; must divide P (default: {})")
+    a.option(p, "--members", d.members, a.number_list(int, 1), "N,...",
+             "group sizes, one process per member (default: {})")
+    a.option(p, "--backlog", d.backlog, a.number(int, 1), "B", "records written to every "
+             "partition before the crash, and again after it (default: {})")
     a.threshold(p, d.threshold, "parallel.rebalance.lag.threshold, below B (default: {})")
     a.rate(p, d.rate, "fresh records per second over all partitions (default: {})")
-    a.option(
-        p,
-        "--few",
-        d.few,
-        a.number(int, 1),
-        "N",
-        "partitions of the memory baseline run (default: {})",
-    )
-    a.option(
-        p,
-        "--settle",
-        d.settle_s,
-        a.number(float, 0),
-        "SECONDS",
-        "the group counts as settled after this long without an assignment change (default: {})",
-    )
-    a.timeout(
-        p, d.run_timeout_s, "give up on a run that has not settled after this long (default: {})"
-    )
-    a.bootstrap_servers(
-        p,
-        "use this Kafka cluster instead of an embedded one; the benchmark "
-        "topics and groups are deleted afterwards",
-    )
+    a.option(p, "--few", d.few, a.number(int, 1), "N",
+             "partitions of the memory baseline run (default: {})")
+    a.option(p, "--settle", d.settle_s, a.number(float, 0), "SECONDS", "the group counts as "
+             "settled after this long without an assignment change (default: {})")
+    a.timeout(p, d.run_timeout_s,
+              "give up on a run that has not settled after this long (default: {})")
+    a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
+                        "topics and groups are deleted afterwards")
     a.report_files(p)
     p.set_defaults(func=_command)
 

@@ -415,36 +415,17 @@ examples:
   fastrebalance bench-spark --backlog 2000000 --partitions 8 --modes catchup,plain --plot sink.png
 """,
     )
-    a.option(
-        p,
-        "--backlog",
-        500_000,
-        a.number(int, 1),
-        "N",
-        "records piled up while the query is down (default: {})",
-    )
+    a.option(p, "--backlog", 500_000, a.number(int, 1), "N",
+             "records piled up while the query is down (default: {})")
     a.partitions(p, 4, "partitions of each restart topic (default: {})")
     a.rate(p, 100.0, "live records per second (default: {})")
-    a.option(
-        p,
-        "--modes",
-        ("catchup", "plain", "plain-limited"),
-        a.name_list(tuple(MODES)),
-        "LIST",
-        f"restart modes, any of {', '.join(MODES)} (default: {{}})",
-    )
+    a.option(p, "--modes", ("catchup", "plain", "plain-limited"), a.name_list(tuple(MODES)),
+             "LIST", f"restart modes, any of {', '.join(MODES)} (default: {{}})")
     a.option(p, "--repeat", 1, a.number(int, 1), "N", "runs of each mode or size (default: {})")
-    a.option(
-        p,
-        "--scale",
-        (),
-        a.number_list(int, 1),
-        "P,...",
-        "partitions mode: the topic sizes, e.g. 4,1000 (instead of the restart benchmark)",
-    )
-    a.option(
-        p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run (default: {})"
-    )
+    a.option(p, "--scale", (), a.number_list(int, 1), "P,...",
+             "partitions mode: the topic sizes, e.g. 4,1000 (instead of the restart benchmark)")
+    a.option(p, "--seconds", 60.0, a.positive(), "SECONDS", "partitions mode: per run "
+             "(default: {})")
     a.bootstrap_servers(p, "a running broker (default: an embedded one)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="also draw the backlog and live records in the sink over time after "

@@ -544,63 +544,28 @@ examples:
 """,
     )
     a.bootstrap_servers(p, "the Kafka cluster", required=True)
-    p.add_argument(
-        "--group",
-        "-g",
-        required=True,
-        type=_group_id,
-        metavar="G",
-        help="the application's group.id",
-    )
+    p.add_argument("--group", "-g", required=True, type=_group_id, metavar="G",
+                   help="the application's group.id")
     p.add_argument("--topic", "-t", action="append", metavar="T", help="only this topic, every "
                    "partition of it (repeatable; default: every topic the group committed "
                    "offsets for)")  # fmt: skip
-    p.add_argument(
-        "--catchup-group",
-        metavar="C",
-        help="the child's group id, if "
-        "parallel.rebalance.catchup.group.id was set (default: G.catchup)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON for machines (with --watch: one JSON document per line)",
-    )
-    p.add_argument(
-        "--watch",
-        "-w",
-        action="store_true",
-        help="refresh until Ctrl-C, tracking each range's progress, rate and ETA",
-    )
-    a.option(
-        p,
-        "--interval",
-        None,
-        a.positive(),
-        "SECONDS",
-        f"seconds between --watch or --prometheus refreshes (default: {_INTERVAL_S:g})",
-    )
-    a.option(
-        p,
-        "--count",
-        None,
-        a.number(int, 1),
-        "N",
-        "with --watch or --prometheus, stop after N refreshes (default: until Ctrl-C)",
-    )
+    p.add_argument("--catchup-group", metavar="C", help="the child's group id, if "
+                   "parallel.rebalance.catchup.group.id was set (default: G.catchup)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON for machines (with --watch: one JSON document per line)")
+    p.add_argument("--watch", "-w", action="store_true",
+                   help="refresh until Ctrl-C, tracking each range's progress, rate and ETA")
+    a.option(p, "--interval", None, a.positive(), "SECONDS",
+             f"seconds between --watch or --prometheus refreshes (default: {_INTERVAL_S:g})")
+    a.option(p, "--count", None, a.number(int, 1), "N",
+             "with --watch or --prometheus, stop after N refreshes (default: until Ctrl-C)")
     a.timeout(p, 10.0, "give up on an unanswered request after this long (default: {})")
     p.add_argument("-X", dest="config", action="append", type=a.config_pair, default=[],
                    metavar="KEY=VALUE", help="a librdkafka property for the admin client "
                    "(repeatable), e.g. security.protocol=SSL")  # fmt: skip
-    a.option(
-        p,
-        "--prometheus",
-        None,
-        a.number(int, 1, maximum=65535),
-        "PORT",
-        "serve the group's catch-up metrics for Prometheus on this port (/metrics), "
-        "read every --interval seconds, until Ctrl-C (needs prometheus_client)",
-    )
+    a.option(p, "--prometheus", None, a.number(int, 1, maximum=65535), "PORT",
+             "serve the group's catch-up metrics for Prometheus on this port (/metrics), "
+             "read every --interval seconds, until Ctrl-C (needs prometheus_client)")
     p.set_defaults(func=_command)
 
 

@@ -192,10 +192,9 @@ def test_the_session_cleans_up_a_named_cluster_after_ctrl_c(
     # it cleaned up only after a run without an exception: Ctrl-C left the topics and groups
     calls: list[tuple[list[str], list[str]]] = []
     monkeypatch.setattr(_runner, "cleanup", lambda _b, t, g: calls.append((list(t), list(g))))
-    with (
-        pytest.raises(KeyboardInterrupt),
-        _runner.Session("smoke", kafka_cluster.bootstrap_servers, out=None) as session,
-    ):
+    with pytest.raises(KeyboardInterrupt), _runner.Session(
+        "smoke", kafka_cluster.bootstrap_servers, out=None
+    ) as session:
         session.topics.append("a-topic")  # as session.topic() registers what it makes
         group = session.group("g")
         raise KeyboardInterrupt

@@ -52,6 +52,7 @@ def cluster() -> Iterator[OwnCluster]:
         k.close()
 
 
+
 def _catching_up(cluster: OwnCluster, group: str, **extra: Any) -> tuple[Consumer, str, Any]:
     """Crash with 0 committed, log end 3000: a consumer catching up, a fresh record and a
     backlog record in hand."""
@@ -66,9 +67,8 @@ def _catching_up(cluster: OwnCluster, group: str, **extra: Any) -> tuple[Consume
     c = Consumer(base_conf(bs, group, **{"socket.timeout.ms": int(S * 1000), **extra}))
     c.assign([TopicPartition(topic, 0)])
     produce(bs, topic, 10, start=3000)
-    got = drain(
-        c, lambda ms: any(m.offset() >= 3000 for m in ms) and any(m.offset() < 3000 for m in ms)
-    )
+    got = drain(c, lambda ms: any(m.offset() >= 3000 for m in ms) and any(
+        m.offset() < 3000 for m in ms))
     return c, topic, got
 
 
@@ -141,11 +141,8 @@ def test_asyncio_calls_after_an_abandoned_commit_are_bounded(
     rows: list[tuple[str, float, float]] = []
 
     async def run() -> None:
-        a = AIOConsumer(
-            base_conf(
-                cluster.bootstrap_servers, unique_group, **{"socket.timeout.ms": int(S * 1000)}
-            )
-        )
+        a = AIOConsumer(base_conf(cluster.bootstrap_servers, unique_group, **{
+            "socket.timeout.ms": int(S * 1000)}))
         try:
             await a.assign([TopicPartition(topic, 0)])
             m = None
@@ -317,10 +314,8 @@ def test_an_unplanned_partition_claims_only_what_its_primary_handed_out(
         b.commit(message=m, asynchronous=False)
         offset, metadata = group_metadata(bs, unique_group, topic)
         ledger = restore(offset, metadata, -1001, "").ledger()
-        print(
-            f"\npending before {pending}; after committing {m.offset()}: "
-            f"offset {offset}, pending {ledger.ranges.as_tuple()}"
-        )
+        print(f"\npending before {pending}; after committing {m.offset()}: "
+              f"offset {offset}, pending {ledger.ranges.as_tuple()}")
         lost = [o for s, e in pending for o in range(s, e) if not ledger.unprocessed(o)]
         assert not lost, f"{len(lost)} pending backlog records claimed: {lost[:5]}..."
     finally:
@@ -371,10 +366,8 @@ def test_close_does_not_plan_an_assignment_it_is_leaving(cluster: OwnCluster):
     try:
         elapsed, outcome = timed(a.close)
         bound = REVOKE_WAIT_S + 2 * S
-        print(
-            f"\nclose() with an assignment queued, hung broker: {elapsed:.2f}s (bound {bound}s)"
-            f", served inside: {served}"
-        )
+        print(f"\nclose() with an assignment queued, hung broker: {elapsed:.2f}s (bound {bound}s)"
+              f", served inside: {served}")
         assert ("assign", [1 - a_first]) in served, "the test needs an assignment queued"
         assert outcome is None and elapsed < bound + SLACK, (elapsed, outcome)
     finally:
@@ -437,11 +430,9 @@ def test_send_offsets_to_transaction_shares_one_deadline(cluster: OwnCluster, un
         cluster.resume()
         resumed.cancel()
         resumed.join()
-    print(
-        f"\nsend_offsets_to_transaction(timeout={T:g}) on a broker hung twice: {elapsed:.2f}s "
-        f"(bound {T + S_P:g}s), producer timeouts {[round(t, 2) for t in proxy.timeouts]}, "
-        f"{type(outcome).__name__}"
-    )
+    print(f"\nsend_offsets_to_transaction(timeout={T:g}) on a broker hung twice: {elapsed:.2f}s "
+          f"(bound {T + S_P:g}s), producer timeouts {[round(t, 2) for t in proxy.timeouts]}, "
+          f"{type(outcome).__name__}")
     try:
         assert len(proxy.timeouts) == 2, "the test needs both round trips made"
         assert proxy.timeouts[1] <= T - FIRST_HANG + 0.5, proxy.timeouts  # what was left

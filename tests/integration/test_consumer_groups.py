@@ -341,7 +341,9 @@ def test_close_serves_a_queued_assignment_before_librdkafka_closes(
             # queued assignment (of no partition, a cooperative first round), and the
             # revoke of what it held
             assert at_close == served and served[0][1] == "assign", events
-            assert [e[1] for e in served] == (["assign", "revoke"] if served[0][2] else ["assign"])
+            assert [e[1] for e in served] == (
+                ["assign", "revoke"] if served[0][2] else ["assign"]
+            )
             return
     pytest.fail(f"no assignment reached the second member in 3 runs: {events}")
 

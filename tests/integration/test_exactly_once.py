@@ -258,7 +258,9 @@ def test_a_crash_loop_never_makes_a_token_no_transaction_can_carry(
     topic, out = topic_factory(1), topic_factory(1)
     produce(bs, topic, 1000)
     _seed(bs, unique_group, topic)
-    conf = base_conf(bs, unique_group, **EOS, **{"parallel.rebalance.metadata.max.bytes": 256})
+    conf = base_conf(
+        bs, unique_group, **EOS, **{"parallel.rebalance.metadata.max.bytes": 256}
+    )
     producer = _producer(bs)
     end = 1000
     declined = 0
@@ -336,7 +338,9 @@ def test_one_producer_per_partition_two_open_transactions(
             for p in open_now:  # both open before either commits
                 producers[p].begin_transaction()
                 for m in by_partition[p]:
-                    producers[p].produce(out, value=f"{p}:{m.offset()}".encode(), partition=0)
+                    producers[p].produce(
+                        out, value=f"{p}:{m.offset()}".encode(), partition=0
+                    )
                 c.send_offsets_to_transaction(producers[p], by_partition[p])
             for p in open_now:
                 c.commit_transaction(producers[p])

@@ -464,7 +464,9 @@ def test_broker_paused_close_of_a_subscribed_member_returns(
         broker.resume()
 
 
-def test_broker_down_at_start_then_up_loses_nothing(broker: OwnCluster, unique_group: str) -> None:
+def test_broker_down_at_start_then_up_loses_nothing(
+    broker: OwnCluster, unique_group: str
+) -> None:
     bs = broker.bootstrap_servers
     topic = f"down-{unique_group}"
     broker.create_topic(topic, 1)

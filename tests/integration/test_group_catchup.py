@@ -261,7 +261,6 @@ def test_status_metrics_and_catchup_status_show_who_holds_which_chunk(
         assert outside.chunks is not None
         assert any(ch["holder"] == member and ch["state"] == "held" for ch in outside.chunks)
         assert "group-wide catch-up:" in format_status(outside)
-
         # once everything handed out is committed, every chunk is done and the group's
         # offset reaches the log end
         def offset() -> int:
@@ -405,9 +404,8 @@ def test_a_member_reads_chunks_only_of_topics_it_subscribed_to(
 
     bootstrap, x, y = kafka_cluster.bootstrap_servers, topic_factory(1), topic_factory(1)
     prepare(bootstrap, x, unique_group, 6000)
-    a, b = (
-        Consumer(_group_conf(bootstrap, unique_group)),
-        Consumer(_group_conf(bootstrap, unique_group)),
+    a, b = Consumer(_group_conf(bootstrap, unique_group)), Consumer(
+        _group_conf(bootstrap, unique_group)
     )
     got: dict[str, set[tuple[str, int]]] = {"a": set(), "b": set()}
     try:

@@ -133,7 +133,9 @@ class ConnectServer:
 
 
 @pytest.fixture(scope="module")
-def connect(tmp_path_factory: pytest.TempPathFactory, kafka_cluster: Any) -> Iterator[SparkSession]:
+def connect(
+    tmp_path_factory: pytest.TempPathFactory, kafka_cluster: Any
+) -> Iterator[SparkSession]:
     if kafka_cluster.kind == "embedded":
         # A deployment of Spark, not a behaviour of Kafka: once per CI run is enough, and
         # in make test's serial Spark chain it cost 148 s of the 630 s that kept make test

@@ -160,9 +160,8 @@ def test_an_abort_delivers_again_what_the_transaction_held(
         assert c.catchup_status()[(topic, 0)].pending_ranges[0] == (0, 3000)
         again = drain(
             c,
-            lambda ms: (
-                any(m.offset() == fresh.offset() for m in ms) and any(m.offset() == 0 for m in ms)
-            ),
+            lambda ms: any(m.offset() == fresh.offset() for m in ms)
+            and any(m.offset() == 0 for m in ms),
         )
         offsets = {m.offset() for m in again}
         assert fresh.offset() in offsets and 0 in offsets

@@ -122,7 +122,9 @@ def test_the_claim_rules_hold_in_any_interleaving(ops: list[tuple[str, str, int,
 
 @settings(max_examples=200, deadline=None)
 @given(_ops, st.lists(st.integers(0, 60), min_size=3, max_size=3))
-def test_readers_at_any_pace_agree(ops: list[tuple[str, str, int, int]], cuts: list[int]) -> None:
+def test_readers_at_any_pace_agree(
+    ops: list[tuple[str, str, int, int]], cuts: list[int]
+) -> None:
     """Three members read the log at their own pace: whatever prefix each has read, it
     holds the state of that prefix, so two that read equally far agree on every holder."""
     log = _log(ops)

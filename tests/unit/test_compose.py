@@ -53,9 +53,8 @@ def test_kafka4_profile_serves_the_consumer_protocol_like_shared_kafka4():
     if not shared.exists():
         return
     props = dict(
-        line.split("=", 1)
-        for line in shared.read_text().splitlines()
-        if "=" in line and not line.startswith("#")
+        line.split("=", 1) for line in shared.read_text().splitlines() if "=" in line
+        and not line.startswith("#")
     )
     for key in (
         "group.initial.rebalance.delay.ms",

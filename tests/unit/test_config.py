@@ -389,6 +389,8 @@ def test_child_fetch_wait_is_short_for_group_catchup_whatever_the_primarys() -> 
 def test_transactional_mode_requires_auto_commit_off() -> None:
     with pytest.raises(ValueError, match=r"enable\.auto\.commit=false"):
         split_config(enabled(**{TRANSACTIONAL_KEY: "true"}))
-    settings, rest = split_config(enabled(**{TRANSACTIONAL_KEY: True, "enable.auto.commit": False}))
+    settings, rest = split_config(
+        enabled(**{TRANSACTIONAL_KEY: True, "enable.auto.commit": False})
+    )
     assert settings.transactional and not settings.auto_commit
     assert TRANSACTIONAL_KEY not in rest

@@ -336,7 +336,6 @@ def test_a_new_child_reads_its_checkpoints_before_its_first_fetch(
         child = c._child
         assert child is not None
         calls: list[str] = []
-
         def called(name: str) -> Any:
             return lambda *_a, **_k: calls.append(name) or []
 

@@ -82,7 +82,9 @@ def test_invalid_values_name_the_key(key: str, value: object) -> None:
         ({"group.id": "svc/orders"}, CLAIMS_TOPIC_KEY),
     ],
 )
-def test_a_claims_topic_kafka_would_refuse_is_refused_here(extra: dict[str, str], why: str) -> None:
+def test_a_claims_topic_kafka_would_refuse_is_refused_here(
+    extra: dict[str, str], why: str
+) -> None:
     # adversary of issue 22 (repro/r16): "a b/c" was accepted; every start of the claims
     # log then failed (TOPIC_EXCEPTION, a WARNING every 2 s) and no backlog was read at all
     # (0 of 5000 records in 20 s)

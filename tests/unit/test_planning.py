@@ -387,9 +387,9 @@ def test_an_exact_plan_never_makes_a_token_beyond_its_budget(
             GroupToken(plan.ledger.position, plan.ledger.ranges.as_tuple()), budget
         )
         assert written.ranges == plan.ledger.ranges.as_tuple(), "it would need coalescing"
-        assert all(plan.ledger.unprocessed(o) for s, e in r.ranges for o in (s, e - 1)), (
-            "a pending range was dropped"
-        )
+        assert all(
+            plan.ledger.unprocessed(o) for s, e in r.ranges for o in (s, e - 1)
+        ), "a pending range was dropped"
         if plan.declined is not None:
             # in order: the primary starts at P, the new backlog is still its to read
             assert plan.start == position and plan.declined == (position, end)

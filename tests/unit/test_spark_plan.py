@@ -267,9 +267,7 @@ def test_restart_skips_the_backlog_and_the_first_batch_is_live_only() -> None:
     slices = plan_slices(first.end, second.end, 1000)
     assert slices[:2] == [Slice(T, 0, 5000, 5100, False), Slice(T, 1, 520, 530, False)]
     assert sorted((s.partition, s.start, s.end) for s in slices if s.catchup) == [
-        (0, 70, 1060),
-        (0, 1060, 2050),
-        (1, 500, 520),  # 1,980 of 0 in two alike chunks
+        (0, 70, 1060), (0, 1060, 2050), (1, 500, 520)  # 1,980 of 0 in two alike chunks
     ]
     assert pending_count(second.end) == 4950 - 2000
 
@@ -365,7 +363,9 @@ steps = st.lists(
         st.tuples(st.just("produce"), st.integers(0, 2), st.integers(1, 400)),
         # a batch, with a read limit or none; True: a restart batch with no live record to
         # hold back carries backlog (drain_on_restart)
-        st.tuples(st.just("batch"), st.one_of(st.none(), st.integers(1, 300)), st.booleans()),
+        st.tuples(
+            st.just("batch"), st.one_of(st.none(), st.integers(1, 300)), st.booleans()
+        ),
         st.tuples(st.just("restart"), st.integers(0, 200)),
         st.tuples(st.just("crash_mid_batch"), st.just(0)),
         st.tuples(st.just("budget"), st.integers(1, 400)),  # the adaptive budget moved
