@@ -36,7 +36,7 @@ EARLIEST, LATEST = -2, -1
 class _Spec:
     """Offsets for every partition (``earliest``/``latest``), per partition, or by timestamp."""
 
-    kind: str  # "earliest" | "latest" | "specific" | "timestamp"
+    kind: str  # "earliest" | "latest" | "specific" | "timestamp" | "checkpoint"
     specific: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
     # by timestamp: per partition, or one for all (``all_at``)
     timestamps: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
@@ -85,12 +85,43 @@ class _Spec:
 @dataclass(frozen=True)
 class StartingOffsets(_Spec):
     latest_if_none: bool = False  # startingOffsetsByTimestampStrategy=latest
+    #: startingOffsetsFromCheckpoint: read when a new query starts, never again (the old
+    #: checkpoint may be gone by the time this query restarts from its own)
+    checkpoint: str | None = None
+
+    def _from_checkpoint(self) -> Mapping[TopicPartitionKey, int]:
+        from ._checkpoint import read_checkpoint
+
+        assert self.checkpoint is not None
+        return read_checkpoint(self.checkpoint).offsets
+
+    def spec(self) -> Any:
+        if self.kind != "checkpoint":
+            return super().spec()
+        out: dict[str, dict[str, int]] = {}
+        for (topic, p), value in sorted(self._from_checkpoint().items()):
+            out.setdefault(topic, {})[str(p)] = value
+        return out
 
     def per_partition(
         self, partitions: Iterable[TopicPartitionKey], lookup: TimestampLookup | None = None
     ) -> dict[TopicPartitionKey, int]:
         """The wanted offset of each partition: -2 earliest, -1 latest, or an offset."""
         parts = sorted(set(partitions))
+        if self.kind == "checkpoint":
+            # As Spark's Kafka source goes on: a partition its checkpoint does not name
+            # appeared after its last batch, and is read from its first offset. Topics the
+            # query no longer reads are left out; a partition named that Kafka does not have
+            # is an error, as in startingOffsets.
+            named = self._from_checkpoint()
+            topics = {t for t, _ in parts}
+            unknown = sorted(tp for tp in named if tp[0] in topics and tp not in set(parts))
+            if unknown:
+                raise ValueError(
+                    f"{self.option}: the checkpoint names partitions Kafka does not have:"
+                    f" {[f'{t}-{p}' for t, p in unknown]}"
+                )
+            return {tp: named.get(tp, EARLIEST) for tp in parts}
         if self.kind in ("earliest", "latest"):
             return dict.fromkeys(parts, EARLIEST if self.kind == "earliest" else LATEST)
         if self.kind == "specific":
@@ -185,6 +216,21 @@ def parse_starting(
             f"option startingOffsetsByTimestampStrategy={strategy!r} must be error or latest"
         )
     latest_if_none = strategy == "latest"
+    if "startingoffsetsfromcheckpoint" in options:
+        given = [k for k in _STARTING if k in options]
+        if given:
+            raise ValueError(
+                "option startingOffsetsFromCheckpoint says where a new query starts: leave"
+                f" out {', '.join(_STARTING[k] for k in given)}"
+            )
+        if batch:
+            raise ValueError("option startingOffsetsFromCheckpoint is for streams")
+        path = options["startingoffsetsfromcheckpoint"].strip()
+        if not path:
+            raise ValueError("option startingOffsetsFromCheckpoint needs a checkpoint folder")
+        return StartingOffsets(
+            "checkpoint", option="startingOffsetsFromCheckpoint", checkpoint=path
+        )
     if "startingtimestamp" in options:
         stamp = _timestamp(options["startingtimestamp"], "startingTimestamp")
         return StartingOffsets(
@@ -208,6 +254,13 @@ def parse_starting(
     return StartingOffsets(
         "specific", _offsets_json(raw, "startingOffsets", covers, allowed, words)
     )
+
+
+_STARTING = {
+    "startingoffsets": "startingOffsets",
+    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
+    "startingtimestamp": "startingTimestamp",
+}
 
 
 def parse_ending(options: Mapping[str, str], covers: Callable[[str], bool]) -> EndingOffsets:

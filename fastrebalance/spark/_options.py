@@ -77,6 +77,12 @@ OPTIONS: dict[str, tuple[str, str]] = {
         'earliest, latest, or JSON {"topic": {"0": 23, "1": -2}} (-2 earliest, -1 latest);'
         " only for a new query (a checkpoint wins); earliest for spark.read",
     ),
+    "startingOffsetsFromCheckpoint": (
+        "(none)",
+        'a checkpoint folder of a format("kafka") query (local or mounted): a new query starts'
+        " where its last committed batch ended; partitions it does not name from their first"
+        " offset",
+    ),
     "startingOffsetsByTimestamp": (
         "(none)",
         'JSON {"topic": {"0": 1700000000000}}: each partition starts at its first record at'
@@ -136,15 +142,23 @@ OPTIONS: dict[str, tuple[str, str]] = {
         "the lag at restart (records, summed over the query's partitions) above which every"
         " lagging partition's backlog is skipped",
     ),
+    "catchup.splitBacklog": (
+        "false",
+        "true lets the backlog budgets spread a restart's backlog over several batches (only"
+        " for a query without an event-time watermark over the backlog rows: a watermark"
+        " drops what the third batch on reads); false reads it whole in the batch after the"
+        " restart batch, where no watermark drops it",
+    ),
     "catchup.maxOffsetsPerTrigger": (
         "(adaptive)",
-        "backlog records per micro-batch, on top of maxOffsetsPerTrigger; unset, the first"
-        f" backlog batch takes up to {FIRST_CATCHUP_BUDGET} and later ones are sized by"
-        " catchup.targetBatchDurationMs",
+        "with catchup.splitBacklog=true: backlog records per micro-batch, on top of"
+        f" maxOffsetsPerTrigger; unset, the first backlog batch takes up to"
+        f" {FIRST_CATCHUP_BUDGET} and later ones are sized by catchup.targetBatchDurationMs",
     ),
     "catchup.targetBatchDurationMs": (
         str(DEFAULT_TARGET_BATCH_MS),
-        "how long a backlog batch should take, when catchup.maxOffsetsPerTrigger is not set",
+        "with catchup.splitBacklog=true: how long a backlog batch should take, when"
+        " catchup.maxOffsetsPerTrigger is not set",
     ),
     "catchup.chunkSize": (
         str(DEFAULT_CHUNK_SIZE),
@@ -200,6 +214,9 @@ class SourceOptions:
     group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
     catchup_enabled: bool = True
     catchup_threshold: int = DEFAULT_THRESHOLD
+    #: Whether the budgets may spread a restart's backlog over several batches: unsafe under
+    #: an event-time watermark (see _stream.FastRebalanceStreamReader._batch_budget).
+    split_backlog: bool = False
     catchup_budget: int | None = None  # None: adaptive, see _plan.next_catchup_budget
     target_batch_s: float = DEFAULT_TARGET_BATCH_MS / 1000
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -378,6 +395,7 @@ def parse_options(options: Mapping[str, str], *, batch: bool = False) -> SourceO
         group_id_prefix=prefix or DEFAULT_GROUP_ID_PREFIX,
         catchup_enabled=_bool(opts, "catchup.enabled", True),
         catchup_threshold=_int(opts, "catchup.threshold", DEFAULT_THRESHOLD, 0) or 0,
+        split_backlog=_bool(opts, "catchup.splitBacklog", False),
         catchup_budget=_int(opts, "catchup.maxOffsetsPerTrigger", None, 1),
         target_batch_s=(target_ms or DEFAULT_TARGET_BATCH_MS) / 1000,
         chunk_size=chunk_size or DEFAULT_CHUNK_SIZE,

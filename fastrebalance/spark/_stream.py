@@ -76,6 +76,9 @@ TICK_SLACK_S = 0.1
 #: Empty tasks in a restart batch, at most, to start executors' Python workers early.
 MAX_WARM_TASKS = 8
 
+#: The backlog budget under catchup.splitBacklog=false: everything pending, in one batch.
+WHOLE_BACKLOG = 2**63 - 1
+
 #: A backlog at most this share above the adaptive budget is read in one batch (see
 #: FastRebalanceStreamReader._batch_budget).
 TAIL_SHARE = 0.25
@@ -311,12 +314,24 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         )
 
     def _batch_budget(self, begin: dict[TopicPartitionKey, PartitionPosition]) -> int:
-        """The adaptive budget, stretched to take a small remainder along.
+        """The backlog a batch may read: all of it, unless catchup.splitBacklog=true.
 
-        A backlog a little over the budget would otherwise leave a tail of a few records for
-        one more batch, which costs a whole batch's fixed cost for nothing. A budget the user
-        set is a cap and is kept exactly.
+        Why all of it: the restart batch holds live records, and at its end Spark moves an
+        event-time watermark past the backlog. Spark filters a batch's late rows with the
+        watermark of the batch before it (``eventTimeWatermarkForLateEvents``, Spark 3.4 on,
+        SPARK-40925), so the batch right after the restart batch still keeps rows older
+        than the live ones, and every batch after it drops them. Reading the whole backlog
+        in that one batch keeps every backlog row and still puts the live records first,
+        whether or not the query has a watermark: the source cannot tell (Spark tells a
+        source nothing about the operators downstream of it).
+
+        With catchup.splitBacklog=true: the adaptive budget, stretched to take a small
+        remainder along (a backlog a little over the budget would otherwise leave a tail of a
+        few records for one more batch, which costs a whole batch's fixed cost for nothing).
+        A budget the user set is a cap and is kept exactly.
         """
+        if not self.options.split_backlog:
+            return WHOLE_BACKLOG
         if self.options.catchup_budget is not None:
             return self.options.catchup_budget
         left = pending_count(begin)
@@ -349,7 +364,11 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         if gap is not None:
             self._min_gap = min(self._min_gap, gap)
         self._last_call = now
-        if self._timing is None or self.options.catchup_budget is not None:
+        if (
+            self._timing is None
+            or self.options.catchup_budget is not None
+            or not self.options.split_backlog
+        ):
             return
         end, planned_at, drained, budget = self._timing
         if start != end:
@@ -386,6 +405,18 @@ class FastRebalanceStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
         ranges left by an earlier run are still drained in parallel chunks).
         """
         if not self.options.catchup_enabled or new_query or self._target is not None:
+            return {}
+        left = pending_count(begin)
+        if left and not self.options.split_backlog:
+            # A restart during a catch-up (the driver died after the restart batch, before
+            # the backlog batch was logged): Spark's checkpoint already holds the watermark
+            # the live records set, and the batch after this one filters late rows with it.
+            # So the pending backlog is read now, with everything since, in order.
+            log.info(
+                "restart with %d backlog records still pending from the last restart: read"
+                " in this batch, with the records since, in order (catchup.splitBacklog=false)",
+                left,
+            )
             return {}
         return detect_restart(begin, marks, self.options.catchup_threshold)
 

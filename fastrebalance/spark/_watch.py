@@ -1,5 +1,10 @@
 """Event time during a catch-up: rows a watermark drops are reported, not lost in silence.
 
+By default the source reads a restart's whole backlog in the one batch where Spark's late-row
+filter still lets it through (``catchup.splitBacklog=false``, see
+``_stream.FastRebalanceStreamReader._batch_budget``). This listener is the guard for the rest:
+a query that splits its backlog, or a Spark whose late-row filter differs.
+
 After a restart the first batch holds live records only, and Spark moves the watermark of an
 event-time query (``withWatermark``) past them at the end of that batch. Backlog rows read in
 the following batches are older than that, so a stateful operator (a windowed aggregation, a
@@ -108,9 +113,10 @@ class CatchupWatermarkWatch(StreamingQueryListener):
             "query %s, batch %s: the watermark dropped rows as late while a restart backlog"
             " was being read (numRowsDroppedByWatermark=%d, which counts groups, not records,"
             " for an aggregation; %d backlog records pending): the live records read first"
-            " moved the watermark past the backlog's event times. Route rows with catchup=true"
-            " around the event-time operator, or set catchup.enabled=false for this query"
-            " (docs/spark.md, Event time).%s",
+            " moved the watermark past the backlog's event times. Leave catchup.splitBacklog"
+            " at false (the default: the whole backlog in the batch after the restart batch),"
+            " route rows with catchup=true around the event-time operator, or set"
+            " catchup.enabled=false for this query (docs/spark.md, Event time).%s",
             progress.get("name") or progress.get("id"),
             progress.get("batchId"),
             dropped,

@@ -162,10 +162,12 @@ def _add_chaos_spark(commands: a.Commands) -> None:
             "with a backlog built while it was down, then drain and check: every record in "
             "the sink at least once, a replayed batch identical to its first attempt, no "
             "duplicate that no crash explains (docs/reliability.md).",
-            "With --event-time the query is a watermarked count per event-time window of the "
-            "live rows, the backlog rows (catchup = true) routed around it to the same sink, "
-            "and the check is per window: every window Spark closed holds, live count plus "
-            "backlog rows, every record of the topic whose timestamp falls in it.",
+            "With --event-time the query is a watermarked count per event-time window of "
+            "every row, started as a user would (the source's defaults), and the check is per "
+            "window: every window Spark closed holds every record of the topic whose timestamp "
+            "falls in it. With --event-time-routing too, the count takes the live rows only, "
+            "the backlog rows (catchup = true) are routed around it to the same sink, and the "
+            "source spreads the backlog over batches (catchup.splitBacklog=true).",
         ),
     )
     points = a.name_list(KILL_POINTS)
@@ -187,8 +189,11 @@ def _add_chaos_spark(commands: a.Commands) -> None:
     p.add_argument("--option", action="append", default=[], metavar="K=V",
                    help="a source option, over the harness's catch-up defaults")  # fmt: skip
     p.add_argument("--event-time", action="store_true",
-                   help="a watermarked count per window, the backlog routed around it; "
+                   help="a watermarked count per window of every row, the source's defaults; "
                    "checked per window (docs/spark.md, Event time)")
+    p.add_argument("--event-time-routing", action="store_true",
+                   help="with --event-time: the backlog routed around the count, "
+                   "catchup.splitBacklog=true")
     p.add_argument("--window", type=a.duration, metavar="D",
                    help="--event-time's window (default: 2s)")
     p.add_argument("--watermark-delay", type=a.duration, metavar="D",
@@ -207,7 +212,11 @@ def _chaos_spark(args: argparse.Namespace) -> int:
         rate=args.rate, starting_offsets=args.starting_offsets, master=args.master,
         parallel=args.parallel, bootstrap_servers=args.bootstrap_servers,
         workdir=Path(args.workdir) if args.workdir else None, event_time=args.event_time,
+        event_time_routing=args.event_time_routing,
     )  # fmt: skip
+    if args.event_time_routing and not args.event_time:
+        print("--event-time-routing needs --event-time", file=sys.stderr)
+        return a.EXIT_USAGE
     if args.window:
         settings.window_ms = round(args.window * 1000)
     if args.watermark_delay:
@@ -220,8 +229,8 @@ def _chaos_spark(args: argparse.Namespace) -> int:
         settings.options[key] = value
     result = run_spark_chaos(settings, out=lambda line: print(line, flush=True))
     options = ("min_kills", "triggers", "points", "first_points", "partitions", "rate",
-               "starting_offsets", "master", "parallel", "option", "event_time", "window",
-               "watermark_delay", "bootstrap_servers")
+               "starting_offsets", "master", "parallel", "option", "event_time",
+               "event_time_routing", "window", "watermark_delay", "bootstrap_servers")
     words = ["fastrebalance", "chaos-spark", "--seed", str(result.seed)]
     words += ["--duration", f"{args.duration:g}s", *a.spelled(args, options)]
     print()

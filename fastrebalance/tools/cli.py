@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import bench, chaos, demo, scale, spark_bench, status
+from . import bench, chaos, demo, scale, spark_bench, spark_offsets, status
 from ._args import (
     EPILOG,
     EXIT_CHECK_FAILED,
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: In the order ``fastrebalance --help`` lists them.
-COMMANDS = (demo, status, bench, scale, spark_bench, chaos)
+COMMANDS = (demo, status, bench, scale, spark_bench, spark_offsets, chaos)
 
 
 def build_parser() -> argparse.ArgumentParser:

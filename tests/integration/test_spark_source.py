@@ -626,6 +626,7 @@ CATCHUP = {
     "catchup_threshold": 1000,
     "catchup_chunkSize": 2500,
     "catchup_maxOffsetsPerTrigger": 10_000,
+    "catchup_splitBacklog": "true",  # several backlog batches: the budget applies
 }
 
 
@@ -898,6 +899,7 @@ def test_event_time_rows_dropped_during_a_catchup_are_reported(
         "catchup_threshold": 500,
         "catchup_maxOffsetsPerTrigger": 1000,
         "catchup_chunkSize": 500,
+        "catchup_splitBacklog": "true",  # the budget splits the backlog: unsafe here
     }
     counts: dict[int, int] = {}
 
@@ -936,3 +938,141 @@ def test_event_time_rows_dropped_during_a_catchup_are_reported(
         op["numRowsDroppedByWatermark"] for p in q.recentProgress for op in p["stateOperators"]
     ]
     assert sum(dropped) > 0
+
+
+def test_event_time_query_loses_no_backlog_row_by_default(
+    spark, kafka_cluster, topic_factory, tmp_path, caplog
+):
+    """Issue 46: the same windowed count, started as a user would (no routing, no
+    splitBacklog), restarted with a backlog of 3 batches' budget: the restart batch still
+    holds live records only, and every backlog record is counted in its window. The restart
+    batch's live records move the watermark past the backlog, so this fails on a source that
+    spreads the backlog over the budget's batches (the test above)."""
+    import logging
+
+    from fastrebalance.spark._watch import pending_in
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    now = time.time()
+    old_at, backlog_at = now - 300, now - 120
+    produce_at(bs, topic, 2, 100, "old", old_at)
+    options = {
+        "catchup_threshold": 500,
+        "catchup_maxOffsetsPerTrigger": 1000,
+        "catchup_chunkSize": 500,
+    }
+    counts: dict[int, int] = {}
+    seen = threading.Event()
+
+    def sink(df: DataFrame, batch: int) -> None:
+        for r in df.select(F.unix_millis("window.start").alias("w"), "count").collect():
+            counts[r.w] = r["count"]  # update mode: a window's latest count
+        seen.set()
+
+    def start() -> Any:
+        windows = (
+            reader(spark, bs, topic, **options)
+            .withWatermark("timestamp", "10 seconds")
+            .groupBy(F.window("timestamp", "10 seconds"))
+            .count()
+        )
+        return (
+            windows.writeStream.outputMode("update").foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck")).start()
+        )  # fmt: skip
+
+    def window(at: float) -> int:
+        ms = int(at * 1000)
+        return ms - ms % 10_000
+
+    q = start()
+    q.processAllAvailable()
+    q.stop()
+    assert counts == {window(old_at): 100}
+    produce_at(bs, topic, 2, 3000, "backlog", backlog_at)  # 3 batches of the budget
+    caplog.set_level(logging.ERROR, logger="fastrebalance.spark")
+    fresh = FreshProducer(bs, topic, 2)  # event time: now, far past the backlog's
+    fresh.start()
+    try:
+        q = start()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and q.isActive:
+            progress = q.recentProgress
+            ends = [pending_in(s.get("endOffset")) for p in progress for s in p["sources"]]
+            if ends and ends[-1] == 0 and counts.get(window(backlog_at)) == 3000:
+                break
+            time.sleep(0.5)
+        progress = q.recentProgress
+        q.stop()
+    finally:
+        fresh.stop()
+    assert q.exception() is None
+    # the restart skipped the backlog (the first batch's end holds it pending) ...
+    ends = [pending_in(s.get("endOffset")) for p in progress for s in p["sources"]]
+    assert ends and ends[0] >= 3000, ends  # (and live records sent before the restart)
+    live_first = next(p for p in progress if p["numInputRows"] > 0)
+    assert live_first["numInputRows"] < 3000  # live records, without the backlog
+    # ... and the watermark did move past it, yet every backlog record is counted
+    marks = [p["eventTime"].get("watermark") for p in progress if "eventTime" in p]
+    assert any(m and m > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(backlog_at + 10))
+               for m in marks), marks  # fmt: skip
+    assert counts.get(window(backlog_at)) == 3000, counts
+    assert counts[window(old_at)] == 100
+    dropped = [op["numRowsDroppedByWatermark"] for p in progress for op in p["stateOperators"]]
+    assert sum(dropped) == 0, dropped
+    errors = [r.getMessage() for r in caplog.records if r.name == "fastrebalance.spark"]
+    assert not errors, errors
+
+
+def test_a_kafka_source_checkpoint_continues_under_this_source(
+    spark, kafka_cluster, topic_factory, tmp_path, capsys
+):
+    """Issue 46, item 2: a format("kafka") query's checkpoint (written here in Spark's
+    offset-log format: its connector jar is not in pyspark's wheel) moves to this source
+    with startingOffsetsFromCheckpoint. Its last committed batch ended at 300/200; batch 1
+    was logged, not committed (Spark would replay it). The new query reads exactly from
+    there: 0 records skipped, 0 read again. It restarts from its own checkpoint with the
+    old one gone, and `spark-offsets` gives its position back for format("kafka")."""
+    from fastrebalance.tools.cli import main
+
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
+    produce(bs, topic, 2, 1000, "old")  # 500 per partition
+    old = tmp_path / "kafka-ck"
+    for d in ("offsets", "commits"):
+        (old / d).mkdir(parents=True)
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    for batch, ends in ((0, {"0": 300, "1": 200}), (1, {"0": 400, "1": 300})):
+        (old / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{json.dumps({topic: ends})}")
+    (old / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+    def run() -> Recorder:
+        recorder = Recorder()
+        df = (
+            spark.readStream.format("fastrebalance")
+            .option("kafka.bootstrap.servers", bs)
+            .option("subscribe", topic)
+            .option("startingOffsetsFromCheckpoint", str(old))
+            .load()
+        )
+        q = (
+            df.writeStream.foreachBatch(recorder)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "the AvailableNow run did not end"
+        assert q.exception() is None, q.exception()
+        return recorder
+
+    first = run()
+    got = sorted((r.partition, r.offset) for r in first.rows())
+    assert got == [(0, o) for o in range(300, 500)] + [(1, o) for o in range(200, 500)]
+    shutil.rmtree(old)  # the restart reads its own checkpoint only
+    produce(bs, topic, 2, 100, "new")
+    second = run()
+    assert sorted((r.partition, r.offset) for r in second.rows()) == [
+        (p, o) for p in (0, 1) for o in range(500, 550)
+    ]
+    capsys.readouterr()
+    assert main(["spark-offsets", str(tmp_path / "ck")]) == 0
+    assert json.loads(capsys.readouterr().out) == {topic: {"0": 550, "1": 550}}

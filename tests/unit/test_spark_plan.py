@@ -634,13 +634,62 @@ def test_reader_restart_without_live_records_carries_backlog_after_the_wait() ->
     assert end == {T: {"0": 1000}}
     (task,) = reader.partitions(start, end)  # all of it, in order: like catch-up off
     assert task.slices == (Slice(T, 0, 0, 1000, False),)
-    # a backlog over the budget: the rest stays pending, the first part is read in chunks
-    reader, _ = make_reader({0: 4_000_000}, **{"catchup.firstBatchWaitMs": "0"})
+    # a backlog over the budget (catchup.splitBacklog=true): the rest stays pending, the
+    # first part is read in chunks
+    split = {"catchup.firstBatchWaitMs": "0", "catchup.splitBacklog": "true"}
+    reader, _ = make_reader({0: 4_000_000}, **split)
     end = reader.latestOffset(start, all_rows())
     assert end == {T: {"0": [4_000_000, [2_000_000, 4_000_000]]}}  # the first budget, 2M
     # read from the checkpoint's offset on, in order, as a read with catch-up off would
     sizes = [s.size for t in reader.partitions(start, end) for s in t.slices]
     assert sum(sizes) == 2_000_000 and max(sizes) - min(sizes) <= 1, sizes
+    # by default, all of it: a watermark set by this batch would drop what a later one reads
+    reader, _ = make_reader({0: 4_000_000}, **{"catchup.firstBatchWaitMs": "0"})
+    assert reader.latestOffset(start, all_rows()) == {T: {"0": 4_000_000}}
+
+
+def test_reader_reads_a_restart_backlog_whole_in_the_batch_after_the_restart_batch() -> None:
+    """Issue 46: the restart batch's live records move an event-time watermark past the
+    backlog, and Spark drops late rows from the second batch after it on. By default the
+    whole backlog comes in the one batch after the restart batch, whatever the budget."""
+    reader, kafka = make_reader({0: 30_000, 1: 30_000}, **{"catchup.maxOffsetsPerTrigger": "1000"})
+    kafka.live = 10
+    start = {T: {"0": 100, "1": 100}}
+    restart = reader.latestOffset(start, all_rows())
+    assert all(not s.catchup for t in reader.partitions(start, restart) for s in t.slices)
+    assert pending_count(decode_offset(restart)) == 2 * 29_900
+    kafka.highs = {tp: h + 5 for tp, h in kafka.highs.items()}  # live records keep coming
+    drain = reader.latestOffset(restart, all_rows())
+    assert pending_count(decode_offset(drain)) == 0  # all of it, not 1,000
+    backlog = [s for t in reader.partitions(restart, drain) for s in t.slices if s.catchup]
+    assert sum(s.size for s in backlog) == 2 * 29_900
+    # with catchup.splitBacklog=true the budget spreads it over batches, as before
+    reader, kafka = make_reader(
+        {0: 30_000, 1: 30_000},
+        **{"catchup.maxOffsetsPerTrigger": "1000", "catchup.splitBacklog": "true"},
+    )
+    kafka.live = 10
+    restart = reader.latestOffset(start, all_rows())
+    drain = reader.latestOffset(restart, all_rows())
+    assert pending_count(decode_offset(drain)) == 2 * 29_900 - 1000
+
+
+def test_reader_restart_during_a_catchup_reads_the_pending_backlog_at_once() -> None:
+    """The driver died after the restart batch, before the backlog batch was logged: the
+    checkpoint's watermark is the live records' already, and the batch after the next one
+    filters late rows with it. So the next run does not skip again: it reads the pending
+    ranges, and everything since, in its first batch. splitBacklog=true skips again."""
+    start = {T: {"0": [50_000, [100, 30_000]]}}
+    reader, kafka = make_reader({0: 90_000})
+    kafka.live = 10
+    end = reader.latestOffset(start, all_rows())
+    assert decode_offset(end) == {(T, 0): pos(kafka.highs[0])}
+    read = sorted((s.start, s.end) for t in reader.partitions(start, end) for s in t.slices)
+    assert sum(e - b for b, e in read) == 29_900 + kafka.highs[0] - 50_000
+    reader, kafka = make_reader({0: 90_000}, **{"catchup.splitBacklog": "true"})
+    kafka.live = 10
+    end = reader.latestOffset(start, all_rows())
+    assert decode_offset(end)[(T, 0)].pending == ((100, 30_000), (50_000, 90_000))
 
 
 def test_reader_new_query_reads_in_order_from_its_starting_offsets() -> None:
@@ -782,7 +831,11 @@ def _timed_reader(
     monkeypatch.setattr(_stream, "_wall_clock", lambda: wall_start + clock[0] - 1000.0)
     # the numbers of the tests below aim at 10 s a batch (the default is 20 s), and start
     # from a first backlog budget of 500,000 (the default is 2,000,000)
-    base = {"catchup.chunkSize": "100000", "catchup.targetBatchDurationMs": "10000"}
+    base = {
+        "catchup.chunkSize": "100000",
+        "catchup.targetBatchDurationMs": "10000",
+        "catchup.splitBacklog": "true",  # budgets apply only then
+    }
     monkeypatch.setattr(_stream, "FIRST_CATCHUP_BUDGET", 500_000)
     reader, kafka = make_reader(highs, **{**base, **options})
     kafka.live = 10  # a live record comes while the restart batch waits: it is live only

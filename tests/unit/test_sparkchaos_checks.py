@@ -219,3 +219,23 @@ def test_unread_records_are_those_pending_or_ahead_of_the_offset() -> None:
     assert not unread((1 << 40) | 49) and unread((1 << 40) | 50)
     assert unread((2 << 40) | 0)  # a partition the offset does not name: nothing read
     assert _pending(offset, "t") == 15 and _pending(offset, "u") == 0
+
+
+def test_backlog_read_is_what_each_batch_took_out_of_pending(tmp_path: Path) -> None:
+    """The event-time default shape counts backlog records behind their batch's watermark
+    from the offset log alone (no backlog rows in its sink)."""
+    from fastrebalance.testing._sparkchaos import _backlog_read, _key
+
+    meta = '{"batchWatermarkMs":0}'
+    (tmp_path / "offsets").mkdir()
+    ends = [
+        {"t": {"0": 10}},
+        {"t": {"0": [50, [10, 40]]}},  # the restart batch: [10, 40) skipped, [40, 50) live
+        {"t": {"0": [55, [30, 40]]}},  # [10, 30) read as backlog
+        {"t": {"0": 60}, "u": {"0": 3}},  # [30, 40) read; another topic ignored
+    ]
+    for batch, end in enumerate(ends):
+        (tmp_path / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{json.dumps(end)}")
+    read = _backlog_read(tmp_path, "t")
+    assert read[1] == [] and read[2] == [_key(0, o) for o in range(10, 30)]
+    assert read[3] == [_key(0, o) for o in range(30, 40)]
