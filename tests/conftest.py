@@ -54,6 +54,8 @@ _SERIAL_GROUPS = {
         "test_spark_source",
         "test_spark_standalone",
         "test_spark_example",
+        "test_spark_listeners",
+        "test_spark_setup",
     ),
 }
 _GROUP_OF = {module: group for group, modules in _SERIAL_GROUPS.items() for module in modules}
