@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
 
 from ._arguments import timeout_s
@@ -453,10 +453,15 @@ class Delivery:
         key = (partition.topic, partition.partition)
         p = self._p
         if key in p.deferred:
-            # not planned yet: the seek is where its plan will start (the application's
-            # own start, as in assign())
-            p.deferred[key] = partition.offset
-            return
+            # Not planned yet: its commit logs could not be read. confluent-kafka's own
+            # seek refuses a partition whose committed offset is still being fetched (the
+            # fetch has not started): so does this one, rather than take effect later.
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"Failed to seek to offset {partition.offset}: Local: Erroneous state",
+                )
+            )
         a = p.assigned.get(key)
         if a is not None:
             self.credit_returned()

@@ -56,6 +56,12 @@ DEFAULT_METADATA_MAX_BYTES = 4000
 _GROUP_PREFIX = "~fr"
 _GROUP_VERSION = "1"
 _CHILD_PREFIX = "~frc"
+#: Between a group token's ranges and the application's metadata (none: nothing after it,
+#: as every version wrote it); an empty string ("", not none) ends the token instead with
+#: _EMPTY_USER and nothing after (a version before it ignores such a token as corrupt and
+#: resumes from the bare safe offset: records re-read, none skipped).
+_USER = "|"
+_EMPTY_USER = "!"
 _CHILD_VERSION = "1"
 #: What the child writes to clear a checkpoint: ours, and no checkpoint.
 NO_CHECKPOINT = "~frc:none"
@@ -87,12 +93,13 @@ class GroupToken:
             that is not in ``ranges`` is processed; nothing at or above it is.
         ranges: pending backlog ranges ``[start, end)``, sorted, disjoint, all
             below ``position``.
-        user_metadata: the metadata string the application itself committed.
+        user_metadata: the metadata string the application itself committed; None: it
+            gave none (confluent-kafka reads such a commit back as None, and "" as "").
     """
 
     position: int
     ranges: tuple[tuple[int, int], ...] = ()
-    user_metadata: str = ""
+    user_metadata: str | None = None
 
     @property
     def safe_offset(self) -> int:
@@ -149,7 +156,7 @@ def _crc(payload: str) -> str:
 
 
 # -- group token --------------------------------------------------------------
-def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str) -> str:
+def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str | None) -> str:
     parts = []
     prev = 0
     for start, end in ranges:
@@ -158,10 +165,12 @@ def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str
     body = _b36(position)
     if parts:
         body += ";" + ",".join(parts)
-    return f"{body}|{user}"
+    if user == "":
+        return f"{body}{_EMPTY_USER}"
+    return f"{body}{_USER}{user or ''}"
 
 
-def _group_string(position: int, ranges: tuple[tuple[int, int], ...], user: str) -> str:
+def _group_string(position: int, ranges: tuple[tuple[int, int], ...], user: str | None) -> str:
     payload = _group_payload(position, ranges, user)
     return f"{_GROUP_PREFIX}{_GROUP_VERSION}:{_crc(payload)}:{payload}"
 
@@ -201,8 +210,8 @@ def encode_group_token(
             hi = mid - 1
     if best is None:
         raise TokenTooLargeError(
-            f"commit metadata of {len(token.user_metadata.encode('utf-8'))} bytes leaves no "
-            f"room for the range token within {max_bytes} bytes"
+            f"commit metadata of {len((token.user_metadata or '').encode('utf-8'))} bytes "
+            f"leaves no room for the range token within {max_bytes} bytes"
         )
     return best
 
@@ -228,9 +237,17 @@ def decode_group_token(metadata: str | None) -> GroupToken | None:
     crc, sep, payload = rest.partition(":")
     if not sep or crc != _crc(payload):
         raise CorruptTokenError("token checksum mismatch (truncated or edited)")
-    body, sep, user = payload.partition("|")
-    if not sep:
+    body, sep, user = payload.partition(_USER)
+    empty_body, empty, after = payload.partition(_EMPTY_USER)
+    user_metadata: str | None
+    if empty and len(empty_body) < len(body):
+        if after:
+            raise CorruptTokenError("token has text after its empty user metadata")
+        body, user_metadata = empty_body, ""
+    elif not sep:
         raise CorruptTokenError("token has no user-metadata separator")
+    else:
+        user_metadata = user or None
     pos_text, _, ranges_text = body.partition(";")
     position = _int36(pos_text)
     ranges: list[tuple[int, int]] = []
@@ -248,7 +265,7 @@ def decode_group_token(metadata: str | None) -> GroupToken | None:
         _validate(position, tuple(ranges))
     except ValueError as exc:
         raise CorruptTokenError(str(exc)) from None
-    return GroupToken(position, tuple(ranges), user)
+    return GroupToken(position, tuple(ranges), user_metadata)
 
 
 def _validate(position: int, ranges: tuple[tuple[int, int], ...]) -> None:
