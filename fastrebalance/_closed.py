@@ -19,13 +19,21 @@ def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
     raise RuntimeError("Consumer closed")
 
 
+def _refuse_handle(*_args: Any, **_kwargs: Any) -> NoReturn:
+    raise RuntimeError("Handle has been closed")
+
+
+#: confluent-kafka's methods shared with its Producer and AdminClient say this instead
+_HANDLE_METHODS = frozenset({"cluster_id", "list_topics", "set_sasl_credentials"})
+
+
 class _Closed:
     """Stands in for both confluent-kafka handles and the delivery of records."""
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return _refuse
+        return _refuse_handle if name in _HANDLE_METHODS else _refuse
 
     def close(self) -> None:
         return None
