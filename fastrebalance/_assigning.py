@@ -353,6 +353,17 @@ class Assignments:
         self._delivery.note_stale_positions(list(plans))
         self._delivery.recheck()
 
+    def read_alone(self, keys: list[Key]) -> None:
+        """Group-wide catch-up was given up (its claims topic cannot be used): the child
+        reads these owned partitions' backlogs, as with it off, in their current epochs."""
+        work = [
+            (k, a.ledger, a.epoch)
+            for k in keys
+            if (a := self._p.assigned.get(k)) is not None and a.ledger.ranges
+        ]
+        if work:
+            self._child.start_all(work)
+
     def _retire_stale(self, added: dict[Key, tuple[int, int]]) -> None:
         retired = self._child.retire_stale(
             added, self._plan_budget, write=not self._settings.transactional

@@ -29,9 +29,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from ._child import call_bounded
-from ._claims import ClaimRecord, decode_record, encode_record
+from ._claims import ClaimRecord, Scope, decode_record, encode_record
 
-__all__ = ["ClaimsLog", "client_config"]
+__all__ = ["ClaimsLog", "UnusableClaimsTopic", "client_config", "permanent"]
 
 log = logging.getLogger("fastrebalance.group")
 
@@ -73,6 +73,36 @@ _GONE = (
 )
 #: The CreateTopics request's timeout (the controller's answer takes milliseconds).
 _CREATE_REQUEST_S = 2.0
+#: Answers that asking again will not change: the topic cannot be used as configured
+#: (a name Kafka refuses or that collides with another topic's, no ACL, a policy).
+_PERMANENT = frozenset(
+    {
+        KafkaError.TOPIC_EXCEPTION,  # invalid name, incl. "collides with existing topics"
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.INVALID_CONFIG,
+        KafkaError.INVALID_REPLICATION_FACTOR,
+        KafkaError.INVALID_PARTITIONS,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_DELETION_DISABLED,
+        KafkaError.UNSUPPORTED_VERSION,
+    }
+)
+
+
+class UnusableClaimsTopic(Exception):
+    """The claims topic exists but is not one: it cannot hold one order of records."""
+
+
+def permanent(exc: BaseException) -> bool:
+    """Whether starting the claims log failed for a reason that will not pass by itself."""
+    if isinstance(exc, UnusableClaimsTopic):
+        return True
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].code() in _PERMANENT
+    return False
 
 
 def client_config(conf: Mapping[str, Any], suffix: str) -> dict[str, Any]:
@@ -88,6 +118,9 @@ class ClaimsLog:
     def __init__(self, conf: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> None:
         self.topic = topic
         self._conf = dict(conf)
+        #: whose records this member reads and writes: its group, on the cluster the
+        #: topic lives on (learnt at ``start()``; nothing is read or sent before)
+        self.scope = Scope(str(conf.get("group.id") or ""))
         self._timeout = timeout_s
         self._producer: Producer | None = None
         self._reader: _RdConsumer | None = None
@@ -170,8 +203,16 @@ class ClaimsLog:
             {**client_config(self._conf, "claims-admin"), "allow.auto.create.topics": False}
         )
         md = admin.list_topics(self.topic, timeout=self._timeout)
+        self.scope = Scope(self.scope.group, md.cluster_id or "")
         meta = md.topics.get(self.topic)
         if meta is not None and meta.error is None and meta.partitions:
+            if len(meta.partitions) != 1:
+                # another application's topic, or one made by hand: its partitions have no
+                # one order, and what this member writes would land among their records
+                raise UnusableClaimsTopic(
+                    f"topic {self.topic} exists with {len(meta.partitions)} partitions; a "
+                    "claims topic has exactly one"
+                )
             return
         new = NewTopic(
             self.topic,
@@ -219,7 +260,7 @@ class ClaimsLog:
             return
         try:
             self._producer.produce(
-                self.topic, encode_record(rec), partition=0, on_delivery=self._sent
+                self.topic, encode_record(rec, self.scope), partition=0, on_delivery=self._sent
             )
         except (KafkaException, BufferError) as exc:
             self.send_failures += 1
@@ -274,7 +315,7 @@ class ClaimsLog:
                 continue
             offset = m.offset() or 0
             self.position = offset + 1
-            out.append((decode_record(m.value()), m.timestamp()[1]))
+            out.append((decode_record(m.value(), self.scope), m.timestamp()[1]))
         if not self.caught_up and self._end_at_start is not None:
             self.caught_up = self.position >= self._end_at_start
         return out

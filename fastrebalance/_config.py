@@ -8,6 +8,7 @@ leave its user without the latency they configured for.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ __all__ = [
     "ConfigError",
     "ParallelConfig",
     "child_config",
+    "default_claims_topic",
     "split_config",
 ]
 
@@ -47,6 +49,37 @@ DEFAULT_CHUNK_RECORDS = 10_000
 CLAIMS_TOPIC_SUFFIX = ".catchup.claims"
 #: What Kafka accepts as a topic name (its own rule, with the length checked apart).
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_MAX = 249
+#: Group id characters that stand for themselves in the default claims topic's name.
+_PLAIN = re.compile(r"[a-zA-Z0-9]")
+
+
+def default_claims_topic(group_id: str) -> str:
+    """``<group.id>.catchup.claims``, with the group id written so that no two group ids
+    give names Kafka takes for one another.
+
+    Kafka refuses a topic whose name differs from an existing one's only by ``.`` and
+    ``_`` ("collides with existing topics"): with the group id as it is, the groups
+    ``app_1`` and ``app.1`` had one of them refused its claims topic, and that group's
+    backlog was never read (issue 48). Here ``.`` is written ``-d``, ``_`` ``-u``, ``-``
+    ``--`` and any other character ``-x<hex>-``: the written id holds neither ``.`` nor
+    ``_``, and it is the id's own (no two ids are written alike). A name past Kafka's 249
+    characters keeps the start of the written id and a hash of the whole id.
+    """
+    written = "".join(
+        c if _PLAIN.fullmatch(c)
+        else "-d" if c == "."
+        else "-u" if c == "_"
+        else "--" if c == "-"
+        else f"-x{ord(c):x}-"
+        for c in group_id
+    )  # fmt: skip
+    name = written + CLAIMS_TOPIC_SUFFIX
+    if len(name) <= _TOPIC_MAX:
+        return name
+    digest = hashlib.sha256(group_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    keep = _TOPIC_MAX - len(CLAIMS_TOPIC_SUFFIX) - len(digest) - 2
+    return f"{written[:keep]}-h{digest}{CLAIMS_TOPIC_SUFFIX}"
 
 #: Catch-up starts when log end - committed exceeds this many records. Below ~1000
 #: records replaying costs milliseconds at Kafka speeds, while a catch-up costs a
@@ -86,7 +119,7 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
     CLAIMS_TOPIC_KEY: (
         f"<group.id>{CLAIMS_TOPIC_SUFFIX}",
         "a topic name (ASCII letters, digits, '.', '_', '-'; at most 249), the same for every "
-        "member of the group",
+        "member of the group; it may be shared with other groups",
     ),
 }
 
@@ -264,8 +297,8 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
             "outside this member's transactions (exactly-once would write its output twice "
             "after a crash); use one or the other"
         )
-    if claims_topic is None and isinstance(group_id, str):
-        claims_topic = group_id + CLAIMS_TOPIC_SUFFIX
+    if claims_topic is None and isinstance(group_id, str) and group_id:
+        claims_topic = default_claims_topic(group_id)
     if group_catchup and (not isinstance(claims_topic, str) or not claims_topic.strip()):
         raise _refused(
             f"{CLAIMS_TOPIC_KEY}={claims_topic!r} is invalid: expected "
@@ -285,11 +318,6 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         if bad is not None:
             raise _refused(
                 f"{CLAIMS_TOPIC_KEY}={claims_topic!r} {bad}: Kafka refuses it as a topic name"
-                + (
-                    f" (the default, <group.id>{CLAIMS_TOPIC_SUFFIX}: set {CLAIMS_TOPIC_KEY})"
-                    if CLAIMS_TOPIC_KEY not in conf
-                    else ""
-                )
             )
 
     if not isinstance(group_id, str) or not group_id:

@@ -174,6 +174,7 @@ class Consumer:
         )
         if group is not None:
             group.write_group = self._committer.write_absorbed
+            group.read_alone = self._assignments.read_alone
             reporter.group = delivery.group = group
         self._reader = delivery
         reporter.publish()

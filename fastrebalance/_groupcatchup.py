@@ -40,9 +40,9 @@ from confluent_kafka import KafkaException, Message
 
 from ._child import Child
 from ._claims import ChunkKey, ClaimRecord, ClaimsState, cut_chunks
-from ._claimslog import ClaimsLog
+from ._claimslog import ClaimsLog, UnusableClaimsTopic, permanent
 from ._commits import Change, apply_change
-from ._config import ParallelConfig
+from ._config import CLAIMS_TOPIC_KEY, ParallelConfig
 from ._ledger import Ledger
 from ._orphans import absorb_orphans
 from ._ranges import RangeSet
@@ -75,6 +75,11 @@ _CLAIM_GIVE_UP_S = 10.0
 _OFFER_BATCH = 200
 #: Chunks among which a claim picks at random (members picking the same chunk race).
 _PICK_AMONG = 8
+#: A claims log that cannot be started (or made again) for this long, for a reason that
+#: could pass (a broker down, no leader yet), is given up like one that cannot be used at
+#: all: the member falls back to reading its own backlogs (``_fall_back``). Long enough
+#: for a broker restart or a leader election; the backlog waits no longer than that.
+START_GIVE_UP_S = 30.0
 
 
 class _Helped:
@@ -127,6 +132,11 @@ class GroupCatchup:
         self._next_tick = 0.0
         self._start_at = 0.0
         self._start_tries = 0
+        #: when the claims log first failed to start (or be made again), None meanwhile
+        self._failing_since: float | None = None
+        #: why group-wide catch-up was given up for this member's life (the claims topic
+        #: cannot be used): its backlogs are then read by its own child, as with it off
+        self.unusable: str | None = None
         self._closed = False
         #: False after unsubscribe() (until subscribe()): no chunk is claimed or read
         self.helping = True
@@ -149,6 +159,8 @@ class GroupCatchup:
         self.orphans: dict[Key, list[tuple[int, int]]] = {}
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
+        #: hands owned partitions to this member's child, to read their backlogs alone
+        self.read_alone: Callable[[list[Key]], None] = lambda keys: None
         # counters (metrics)
         self.chunks_won = 0
         self.chunks_done = 0
@@ -162,7 +174,11 @@ class GroupCatchup:
         self._names = frozenset(t for t in topics if not t.startswith("^"))
         self._patterns = tuple(t for t in topics if t.startswith("^"))
         self._subscribed = True
-        self.helping = True
+        self.helping = self.unusable is None
+        if self._log.topic in self._names and self.unusable is None:
+            # the application reads it: claims records would be handed to its code, and
+            # its records would be read as claims
+            self._fall_back(f"claims topic {self._log.topic} is a topic this member subscribes to")
 
     def _reads(self, topic: str) -> bool:
         """A named topic, or (a pattern subscription, or none) one of the assignment's:
@@ -177,7 +193,11 @@ class GroupCatchup:
 
     # -- the owner's part ---------------------------------------------------------------------
     def own(self, work: Iterable[tuple[Key, Ledger]]) -> None:
-        """Partitions this member planned with a backlog: offer it instead of reading it."""
+        """Partitions this member planned with a backlog: offer it instead of reading it
+        (or read it alone, once the claims topic was found unusable)."""
+        if self.unusable is not None:
+            self.read_alone([key for key, _ in work])
+            return
         for key, ledger in work:
             self._owned[key] = ledger
             self._offering.setdefault(key, RangeSet())
@@ -239,7 +259,9 @@ class GroupCatchup:
     # -- the poll path ------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """Read the claims log and act on it (from poll()/consume(), at most every TICK_S)."""
-        if self._closed or (now < self._next_tick and not self._chunk_read()):
+        if self._closed or self.unusable is not None:
+            return
+        if now < self._next_tick and not self._chunk_read():
             return
         self._next_tick = now + IDLE_TICK_S
         if not self._log.started:
@@ -247,7 +269,10 @@ class GroupCatchup:
                 return
             try:
                 self._log.start()
-            except (KafkaException, RuntimeError) as exc:
+                self._failing_since = None
+            except (KafkaException, RuntimeError, UnusableClaimsTopic) as exc:
+                if self._failed(now, exc, "started"):
+                    return
                 # a topic just created has no leader for a moment (NOT_LEADER_FOR_PARTITION
                 # on Apache Kafka 3.9): retry soon, then less often
                 self._start_tries += 1
@@ -261,7 +286,10 @@ class GroupCatchup:
         if self._log.missing:
             try:
                 self._log.reopen()
-            except (KafkaException, RuntimeError) as exc:
+                self._failing_since = None
+            except (KafkaException, RuntimeError, UnusableClaimsTopic) as exc:
+                if self._failed(now, exc, "made again"):
+                    return
                 log.warning("claims log %s could not be made again (%s): retrying in 2s",
                             self._log.topic, exc)  # fmt: skip
                 self._next_tick = now + 2.0
@@ -283,6 +311,49 @@ class GroupCatchup:
             self._held or self._state.open_chunks() or self._claiming is not None
         ):
             self._send(ClaimRecord("hb", self.member))
+
+    def _failed(self, now: float, exc: BaseException, what: str) -> bool:
+        """The claims log could not be ``what``: True if that is the end of group-wide
+        catch-up for this member (a reason that will not pass, or START_GIVE_UP_S of
+        failures), which then falls back."""
+        if self._failing_since is None:
+            self._failing_since = now
+        if permanent(exc):
+            why = f"claims topic {self._log.topic} cannot be {what}: {exc}"
+        elif now - self._failing_since >= START_GIVE_UP_S:
+            why = (
+                f"claims topic {self._log.topic} could not be {what} for "
+                f"{now - self._failing_since:.0f}s: {exc}"
+            )
+        else:
+            return False
+        self._fall_back(why)
+        return True
+
+    def _fall_back(self, why: str) -> None:
+        """Give group-wide catch-up up for this member's life: what it owns is read by its
+        own child (KIP-333's catch-up, as with group catch-up off) and it helps nobody.
+        Before, a claims topic Kafka refused (a name that collides with another group's)
+        had the backlog wait for ever behind a WARNING every 2 s (issue 48: 0 of 20,000
+        records in 20 s). Safe whatever was offered before: the owner's ledger keeps every
+        offset no ``done`` took out, and its child reads them all; a helper that held a
+        chunk commits nothing of it into the group (it owns none of the partition)."""
+        self.unusable = why
+        self.helping = False
+        log.error("group-wide catch-up is off for this member: %s. Its backlogs are read by "
+                  "its own catch-up consumer instead (as with parallel.rebalance.group."
+                  "catchup=false). Check the topic's name, ACLs and the broker, or set %s",
+                  why, CLAIMS_TOPIC_KEY)  # fmt: skip
+        for ck in sorted(self._held):
+            self._drop(ck, "given up: group-wide catch-up is off", lost=False)
+        self._claiming = None
+        owned = list(self._owned)
+        self._owned.clear()
+        self._offering.clear()
+        if self._log.started:
+            self._log.close(1.0)
+        if owned:
+            self.read_alone(owned)
 
     def _chunk_read(self) -> bool:
         """The child read a chunk to its end: the next one starts at once (not a tick
@@ -307,7 +378,7 @@ class GroupCatchup:
         0 with 30,000 records processed (a restart and every lag monitor saw the whole
         backlog again). Bounded by ``timeout_s``; what it cannot read in time stays
         pending (safe: those chunks are offered and read again)."""
-        if self._closed or not self._log.started:
+        if self._closed or not self._log.started or self.unusable is not None:
             return
         for key, h in self._helped.items():
             self._mark_read(key, h)
@@ -678,6 +749,7 @@ class GroupCatchup:
         return {
             "member": self.member,
             "claims_topic": self._log.topic,
+            "unusable": self.unusable,
             "caught_up": self._log.caught_up,
             "members": state.members(),
             "open_chunks": len(chunks),
@@ -714,7 +786,7 @@ class GroupCatchup:
         if self._closed:
             return
         self._closed = True
-        if self._log.started:
+        if self._log.started and self.unusable is None:
             self._hand_back()
             self._log.send(ClaimRecord("bye", self.member))
             helped = self._done_sent - self._owned.keys()

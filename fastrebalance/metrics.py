@@ -87,6 +87,9 @@ METRICS: tuple[Metric, ...] = (
            "log says", True),
     Metric("fastrebalance_group_chunks_done_total", "counter", "chunks",
            "Group-wide catch-up: chunks this member read, committed and declared done"),
+    Metric("fastrebalance_group_catchup_unusable", "gauge", "",
+           "Group-wide catch-up: 1 once this member gave it up because its claims topic "
+           "cannot be used (its backlogs are then read by its own catch-up consumer)"),
 )  # fmt: skip
 
 #: (metric name, labels, value)
@@ -129,6 +132,8 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
             labels["holder"] = h["holder"]
             out.append(("fastrebalance_group_chunks_held", labels, h["chunks"]))
         out.append(("fastrebalance_group_chunks_done_total", base, group["chunks_done"]))
+        unusable = 1.0 if group.get("unusable") else 0.0
+        out.append(("fastrebalance_group_catchup_unusable", base, unusable))
     return out
 
 

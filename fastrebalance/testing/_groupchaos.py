@@ -43,7 +43,8 @@ from typing import Any
 from confluent_kafka import Consumer as PlainConsumer
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from .._claims import ClaimRecord, decode_record
+from .._claims import ClaimRecord, Scope, decode_record
+from .._config import default_claims_topic
 
 __all__ = [
     "ChaosReport",
@@ -240,8 +241,12 @@ class Observer(threading.Thread):
         self.join(15)
 
 
-def claims_history(bootstrap: str, claims_topic: str) -> list[tuple[ClaimRecord | None, int]]:
-    """Every record of the claims log, in order, with its timestamp (what each member did)."""
+def claims_history(
+    bootstrap: str, group: str, claims_topic: str | None = None
+) -> list[tuple[ClaimRecord | None, int]]:
+    """Every record of ``group``'s in its claims log (the default topic unless named), in
+    order, with its timestamp (what each member did); None for a record of another group."""
+    claims_topic = claims_topic or default_claims_topic(group)
     c = PlainConsumer(
         {
             "bootstrap.servers": bootstrap,
@@ -251,6 +256,7 @@ def claims_history(bootstrap: str, claims_topic: str) -> list[tuple[ClaimRecord 
     )
     try:
         _, high = c.get_watermark_offsets(TopicPartition(claims_topic, 0), timeout=10)
+        scope = Scope(group, c.list_topics(claims_topic, timeout=10).cluster_id or "")
         c.assign([TopicPartition(claims_topic, 0, 0)])
         out: list[tuple[ClaimRecord | None, int]] = []
         deadline = time.monotonic() + 30
@@ -259,7 +265,7 @@ def claims_history(bootstrap: str, claims_topic: str) -> list[tuple[ClaimRecord 
             for m in c.consume(1000, 0.5):
                 if m.error() is None:
                     read += 1
-                    out.append((decode_record(m.value()), m.timestamp()[1]))
+                    out.append((decode_record(m.value(), scope), m.timestamp()[1]))
         return out
     finally:
         c.close()

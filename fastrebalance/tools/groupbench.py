@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from .._config import CLAIMS_TOPIC_SUFFIX
+from .._config import default_claims_topic
 from .._ranges import RangeSet
 from ..testing._chaos_check import percentile
 from ..testing._workload import FreshProducer, set_group_offsets
@@ -276,7 +276,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             """The cluster's own, registered for the session's cleanup with what the
             members make of it (topic and group share the name)."""
             session.cluster.create_topic(topic, partitions)
-            session.topics += [topic, topic + CLAIMS_TOPIC_SUFFIX]
+            session.topics += [topic, default_claims_topic(topic)]
             session.groups += [topic, f"{topic}.catchup"]
 
         runs = run_group_bench(

@@ -31,9 +31,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import ConsumerGroupTopicPartitions as GroupPartitions
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from .._claims import ClaimsState, decode_record
+from .._claims import ClaimsState, Scope, decode_record
 from .._claimslog import client_config
-from .._config import CATCHUP_GROUP_SUFFIX, CLAIMS_TOPIC_SUFFIX, DEFAULT_CLAIM_TIMEOUT_MS
+from .._config import CATCHUP_GROUP_SUFFIX, DEFAULT_CLAIM_TIMEOUT_MS, default_claims_topic
 from .._planning import restore
 from .._token import ChildCheckpoint, TokenError, decode_child_checkpoint, decode_group_token
 from . import _args as a
@@ -399,7 +399,7 @@ class StatusReader:
         machine every member runs (``_claims``): what is shown is what the members
         believe, a holder being live by the default claim timeout, judged at the later of
         the log's time and this machine's clock."""
-        topic = self.group + CLAIMS_TOPIC_SUFFIX
+        topic = default_claims_topic(self.group)
         c = Consumer({
             **client_config(self._config, "status"),
             "group.id": f"{topic}.status-{uuid.uuid4().hex[:8]}",
@@ -407,9 +407,11 @@ class StatusReader:
             "allow.auto.create.topics": False,  # looking never creates it
         })  # fmt: skip
         try:
-            meta = c.list_topics(topic, timeout=self.timeout).topics.get(topic)
+            md = c.list_topics(topic, timeout=self.timeout)
+            meta = md.topics.get(topic)
             if meta is None or meta.error is not None or not meta.partitions:
                 return None
+            scope = Scope(self.group, md.cluster_id or "")  # the group's records only
             low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=self.timeout)
             state = ClaimsState(DEFAULT_CLAIM_TIMEOUT_MS)
             c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -418,7 +420,7 @@ class StatusReader:
                 for m in c.consume(1000, 0.5):
                     if m.error() is None:
                         read += 1
-                        state.apply(decode_record(m.value()), m.timestamp()[1])
+                        state.apply(decode_record(m.value(), scope), m.timestamp()[1])
             # Log time stands still when nobody writes: a group whose members all died
             # would show their chunks held for ever. To the operator, now is also now.
             state.apply(None, int(time.time() * 1000))

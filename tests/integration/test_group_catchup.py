@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fastrebalance._claims import ClaimsState
+from fastrebalance._config import default_claims_topic
 from fastrebalance.testing import KafkaCluster, set_consumer_group_timeouts
 from fastrebalance.testing._groupchaos import (
     Member,
@@ -115,7 +116,7 @@ class Team:
         state = ClaimsState(CLAIM_TIMEOUT_MS)
         wins: dict[tuple[str, int, int, int], list[str]] = {}
         done: dict[tuple[str, int, int, int], str] = {}
-        for rec, ts in claims_history(self.bootstrap, f"{self.group}.catchup.claims"):
+        for rec, ts in claims_history(self.bootstrap, self.group):
             state.apply(rec, ts)
             if rec is None or not rec.chunks or rec.kind == "offer":
                 continue
@@ -290,7 +291,7 @@ def test_the_claims_topic_is_ours_not_the_broker_s_auto_created_one(
     from fastrebalance._claimslog import ClaimsLog
 
     bootstrap = kafka_cluster.bootstrap_servers
-    topic = f"{unique_group}.catchup.claims"
+    topic = default_claims_topic(unique_group)
     log = ClaimsLog({"bootstrap.servers": bootstrap}, topic)
     deadline = time.monotonic() + 30
     while not log.started:
@@ -573,7 +574,7 @@ def test_a_deleted_claims_topic_comes_back_with_its_own_settings(
     from fastrebalance import Consumer
 
     bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    claims = f"{unique_group}.catchup.claims"
+    claims = default_claims_topic(unique_group)
     backlog = 30_000
     prepare(bootstrap, topic, unique_group, backlog)
     conf = _group_conf(bootstrap, unique_group, **{

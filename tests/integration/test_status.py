@@ -190,20 +190,22 @@ def test_chunks_of_a_group_whose_members_all_died_show_expired(
     "held" 47 minutes after the holder was SIGKILLed."""
     from confluent_kafka import Producer
 
-    from fastrebalance._claims import ClaimRecord, encode_record
+    from fastrebalance._claims import ClaimRecord, Scope, encode_record
+    from fastrebalance._config import default_claims_topic
 
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 10)
     _plain_commit(bs, unique_group, topic, 5, "")
-    claims = f"{unique_group}.catchup.claims"
+    claims = default_claims_topic(unique_group)
     kafka_cluster.create_topic(claims, 1)
     minute_ago = int(time.time() * 1000) - 60_000
     p = Producer({"bootstrap.servers": bs})
+    scope = Scope(unique_group, p.list_topics(claims, timeout=10).cluster_id or "")
     for rec in (
         ClaimRecord("offer", "owner", topic, 0, ((5, 8), (8, 10))),
         ClaimRecord("claim", "dead-member", topic, 0, ((5, 8),)),
     ):
-        p.produce(claims, encode_record(rec), partition=0, timestamp=minute_ago)
+        p.produce(claims, encode_record(rec, scope), partition=0, timestamp=minute_ago)
     assert p.flush(10) == 0
     chunks = read_status(bs, unique_group).chunks
     assert chunks is not None

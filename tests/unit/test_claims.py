@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from fastrebalance._claims import (
     ClaimRecord,
     ClaimsState,
+    Scope,
     cut_chunks,
     decode_record,
     encode_record,
@@ -217,29 +218,42 @@ def test_an_offer_never_replaces_a_known_chunk() -> None:
 
 
 def test_records_round_trip_and_garbage_is_skipped() -> None:
+    scope = Scope("g1", "cluster-a")
     for rec in (
         ClaimRecord("offer", "m1", "topic", 3, ((0, 10), (10, 20))),
         ClaimRecord("claim", "m1", "topic", 3, ((0, 10),)),
         ClaimRecord("hb", "m2"),
         ClaimRecord("bye", "m2"),
     ):
-        assert decode_record(encode_record(rec)) == rec
+        assert decode_record(encode_record(rec, scope), scope) == rec
     for junk in (
         None,
         b"",
         b"{",
         b"[]",
-        b'{"v":2,"k":"hb","m":"x"}',
-        b'{"v":1,"k":"nope","m":"x"}',
-        b'{"v":1,"k":"claim","m":"x","t":"t","p":0,"c":[]}',
-        b'{"v":1,"k":"claim","m":"x","t":"t","p":0,"c":[[5,5]]}',
-        b'{"v":1,"k":"claim","m":"x","t":"t","p":0,"c":[[true,5]]}',
-        b'{"v":1,"k":"hb","m":""}',
+        b'{"v":2,"g":"g1","x":"cluster-a","k":"nope","m":"x"}',
+        b'{"v":2,"g":"g1","x":"cluster-a","k":"claim","m":"x","t":"t","p":0,"c":[]}',
+        b'{"v":2,"g":"g1","x":"cluster-a","k":"claim","m":"x","t":"t","p":0,"c":[[5,5]]}',
+        b'{"v":2,"g":"g1","x":"cluster-a","k":"claim","m":"x","t":"t","p":0,"c":[[true,5]]}',
+        b'{"v":2,"g":"g1","x":"cluster-a","k":"hb","m":""}',
     ):
-        assert decode_record(junk) is None
+        assert decode_record(junk, scope) is None
     s = ClaimsState(10)
     s.apply(None, 7)  # a record nobody understands still moves the log's time
     assert s.now_ms == 7 and s.records == 1
+
+
+def test_a_record_of_another_group_cluster_or_format_is_skipped() -> None:
+    """Issue 48: two groups sharing a claims topic took each other's ``done`` records, and
+    each group's offset passed the chunks only the other had read."""
+    done = ClaimRecord("done", "m1", "topic", 0, ((0, 5000),))
+    ours = Scope("G1", "cluster-a")
+    for other in (Scope("G2", "cluster-a"), Scope("G1", "cluster-b"), Scope("G1")):
+        assert decode_record(encode_record(done, other), ours) is None
+    # a record of the format before 0.1.0 (no group): another version's, skipped
+    v1 = b'{"v":1,"k":"done","m":"m1","t":"topic","p":0,"c":[[0,5000]]}'
+    assert decode_record(v1, ours) is None
+    assert decode_record(encode_record(done, ours), ours) == done
 
 
 def test_chunks_are_cut_on_a_grid() -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fastrebalance._config import (
     CHUNK_KEY,
@@ -13,6 +17,7 @@ from fastrebalance._config import (
     ENABLE_KEY,
     GROUP_KEY,
     TRANSACTIONAL_KEY,
+    default_claims_topic,
     split_config,
 )
 
@@ -78,8 +83,6 @@ def test_invalid_values_name_the_key(key: str, value: object) -> None:
         ({CLAIMS_TOPIC_KEY: "a b/c"}, "characters"),
         ({CLAIMS_TOPIC_KEY: "x" * 250}, "249"),
         ({CLAIMS_TOPIC_KEY: ".."}, "'.'"),
-        # the default is built from group.id, which may hold what a topic name may not
-        ({"group.id": "svc/orders"}, CLAIMS_TOPIC_KEY),
     ],
 )
 def test_a_claims_topic_kafka_would_refuse_is_refused_here(
@@ -98,3 +101,37 @@ def test_a_claims_topic_kafka_would_refuse_is_refused_here(
         {**BASE, "group.id": "svc/orders", GROUP_KEY: True, CLAIMS_TOPIC_KEY: "svc.claims"}
     )
     assert settings.claims_topic == "svc.claims"
+
+
+def _kafka_collision_key(topic: str) -> str:
+    """Kafka refuses a topic whose name equals another's once '.' is read as '_'."""
+    return topic.replace(".", "_")
+
+
+def test_default_claims_topics_of_two_groups_never_collide_in_kafka() -> None:
+    # issue 48: app_1's claims topic existed, app.1's (app.1.catchup.claims) was refused as
+    # colliding with it, and app.1's 20,000-record backlog was never read
+    a, b = default_claims_topic("app_1"), default_claims_topic("app.1")
+    assert _kafka_collision_key(a) != _kafka_collision_key(b)
+    assert default_claims_topic("orders") == "orders.catchup.claims"  # a plain id reads as it is
+    # docs/configuration.md's examples
+    assert (a, b) == ("app-u1.catchup.claims", "app-d1.catchup.claims")
+    settings, _ = split_config({**BASE, "group.id": "svc/orders", GROUP_KEY: True})
+    assert re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", settings.claims_topic)  # any group.id
+
+
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@given(st.text(min_size=1, max_size=300), st.text(min_size=1, max_size=300))
+def test_any_two_group_ids_get_valid_claims_topics_kafka_keeps_apart(g1: str, g2: str) -> None:
+    t1, t2 = default_claims_topic(g1), default_claims_topic(g2)
+    assert _TOPIC.fullmatch(t1) and t1 not in (".", "..")
+    if g1 != g2:
+        assert _kafka_collision_key(t1) != _kafka_collision_key(t2)
+
+
+def test_long_group_ids_keep_apart_past_the_length_limit() -> None:
+    base = "x" * 300
+    names = {_kafka_collision_key(default_claims_topic(base + s)) for s in ("a", "b", ".", "_")}
+    assert len(names) == 4

@@ -534,3 +534,96 @@ def test_a_partition_nobody_reads_gets_a_reader_before_another_gets_two(
     a.tick()  # its claim read back: won
     assert {ck[:2] for ck in b.g._held} == {other}, b.g._held
     assert {ck[:2] for ck in a.g._held} == {KEY}, a.g._held
+
+
+class _Unstartable:
+    """A claims log whose every start fails with ``error`` (a KafkaError code)."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.tries = code, 0
+        self.topic, self.started, self.caught_up, self.send_failures = "g", False, False, 0
+        self.missing, self.position = False, 0
+
+    def start(self) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.tries += 1
+        raise KafkaException(KafkaError(self.code, "no"))
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+def _unstartable_owner(code: int) -> tuple[GroupCatchup, list[list[Any]], Ledger]:
+    g = GroupCatchup(SETTINGS, {}, Child(), member="a")  # type: ignore[arg-type]
+    g._log = _Unstartable(code)  # type: ignore[assignment]
+    alone: list[list[Any]] = []
+    g.read_alone = alone.append
+    ledger = Ledger(100, RangeSet([(0, 30)]))
+    g.own([(KEY, ledger)])
+    return g, alone, ledger
+
+
+def test_a_claims_topic_kafka_refuses_falls_back_to_the_members_own_catchup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # issue 48: app.1's claims topic collided with app_1's (TOPIC_EXCEPTION at every start):
+    # 0 of 20,000 backlog records in 20 s, a WARNING every 2 s for ever
+    from confluent_kafka import KafkaError
+
+    g, alone, ledger = _unstartable_owner(KafkaError.TOPIC_EXCEPTION)
+    with caplog.at_level("ERROR", logger="fastrebalance.group"):
+        g.tick(time.monotonic())
+    assert alone == [[KEY]]  # the owner's child reads the backlog, at the first failure
+    assert g.unusable is not None and "cannot be started" in g.unusable
+    assert g.status()["unusable"] == g.unusable
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "parallel.rebalance.group.claims.topic" in errors[0].getMessage()
+    assert ledger.ranges.count() == 30  # nothing taken out: the child reads it all
+    # later assignments go to the child at once; the log is never tried again
+    tries = g._log.tries  # type: ignore[attr-defined]
+    g.own([(("t", 1), Ledger(50, RangeSet([(0, 5)])))])
+    g.tick(time.monotonic() + 100)
+    assert alone[-1] == [("t", 1)] and g._log.tries == tries  # type: ignore[attr-defined]
+    assert not g.pending
+
+
+def test_a_claims_log_down_past_the_bound_falls_back_and_not_before() -> None:
+    from confluent_kafka import KafkaError
+
+    from fastrebalance._groupcatchup import START_GIVE_UP_S
+
+    g, alone, _ = _unstartable_owner(KafkaError._TRANSPORT)
+    t0 = time.monotonic()
+    g.tick(t0)
+    t = t0
+    while t < t0 + START_GIVE_UP_S - 3:
+        t += 2.5
+        g.tick(t)
+    assert alone == [] and g.unusable is None  # a broker restart may take this long
+    g.tick(t0 + START_GIVE_UP_S + 1)
+    assert alone == [[KEY]] and g.unusable is not None
+
+
+def test_a_claims_topic_the_member_subscribes_to_is_never_used() -> None:
+    g = GroupCatchup(SETTINGS, {}, Child(), member="a")  # type: ignore[arg-type]
+    g.subscribed(["orders", SETTINGS.claims_topic])
+    assert g.unusable is not None and "subscribes to" in g.unusable
+    assert not g.helping
+
+
+@pytest.mark.parametrize(
+    ("code", "final"),
+    [("TOPIC_EXCEPTION", True), ("TOPIC_AUTHORIZATION_FAILED", True),
+     ("GROUP_AUTHORIZATION_FAILED", True), ("POLICY_VIOLATION", True),
+     ("_TRANSPORT", False), ("_TIMED_OUT", False), ("NOT_LEADER_FOR_PARTITION", False),
+     ("LEADER_NOT_AVAILABLE", False)],
+)  # fmt: skip
+def test_which_claims_log_failures_are_final(code: str, final: bool) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from fastrebalance._claimslog import UnusableClaimsTopic, permanent
+
+    assert permanent(KafkaException(KafkaError(getattr(KafkaError, code)))) is final
+    assert permanent(UnusableClaimsTopic("3 partitions"))
+    assert not permanent(RuntimeError("closed"))
