@@ -91,6 +91,9 @@ class Consumer:
     _child: Child | None = None
     _group: GroupCatchup | None = None
     _closed = False
+    #: the methods hand their arguments to the primary's own: the mode off, and once
+    #: close() closed both handles (confluent-kafka's checks then come first, as there)
+    _plain = True
     _settings: ParallelConfig = ParallelConfig(enabled=False)
 
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
@@ -103,6 +106,7 @@ class Consumer:
             # The primary handle: the user's group member. Owner: the user's thread.
             self._primary = self._reader = _RdConsumer(primary_conf)
             return
+        self._plain = False
         child_conf = child_config(primary_conf, self._settings)
         user_stats_cb = primary_conf.get("stats_cb")
         if user_stats_cb is not None:
@@ -240,6 +244,8 @@ class Consumer:
         on_lost: RebalanceCallback | None = None,
     ) -> None:
         """As confluent-kafka's; callbacks receive this Consumer, not the inner handle."""
+        if self._closed or self._primary is CLOSED:  # before the arguments, as there
+            raise RuntimeError("Consumer closed")
         check.topic_list(topics)
         check.callback("on_assign", on_assign)
         check.callback("on_revoke", on_revoke)
@@ -275,25 +281,25 @@ class Consumer:
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        if self._child is None:
+        if self._plain:
             return self._primary.assign(partitions)
         self._assignments.apply(check.partition_list(partitions), incremental=False)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
-        if self._child is None:
+        if self._plain:
             return self._primary.incremental_assign(partitions)
         self._assignments.apply(check.partition_list(partitions), incremental=True)
 
     def unassign(self) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
-        if self._child is None:
+        if self._plain:
             return self._primary.unassign()
         self._assignments.unassign()
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
-        if self._child is None:
+        if self._plain:
             return self._primary.incremental_unassign(partitions)
         self._assignments.incremental_unassign(check.partition_list(partitions))
 
@@ -348,7 +354,7 @@ class Consumer:
         Returns:
             For a synchronous commit, the partitions as the group stored them.
         """
-        if self._child is None:
+        if self._plain:
             primary: Any = self._primary  # the stubs' overloads want literal arguments
             return primary.commit(  # type: ignore[no-any-return]
                 message=message, offsets=offsets, asynchronous=asynchronous
@@ -378,7 +384,7 @@ class Consumer:
     ) -> None:
         """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
         written by the next commit() or auto-commit."""
-        if self._child is None:
+        if self._plain:
             return self._primary.store_offsets(message=message, offsets=offsets)
         check.message_or_offsets(message, offsets, required=True)
         self._committer.store_offsets(message, offsets)
@@ -389,7 +395,7 @@ class Consumer:
         """Per partition, the lowest offset not yet processed, from both commit logs:
         the child's progress while a range is pending, the primary's offset after.
         ``timeout`` negative (the default): ``socket.timeout.ms``."""
-        if self._child is None:
+        if self._plain:
             return self._primary.committed(partitions, timeout)
         return self._committer.committed(check.partition_list(partitions), check.timeout_s(timeout))
 
@@ -490,24 +496,26 @@ class Consumer:
         forward seek skips fresh records as a plain consumer's does. A partition whose
         commit logs could not be read yet (its catch-up not planned) raises ``_STATE``, as
         confluent-kafka's does while it waits for the committed offset."""
-        if self._child is None:
+        if self._plain:
             return self._primary.seek(partition)
         self._delivery.seek(check.partition(partition))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
-        if self._child is None:
+        if self._plain:
             return self._primary.pause(partitions)
         self._primary.pause(check.partition_list(partitions))
+        assert self._child is not None  # the mode on
         self._child.pause([(t.topic, t.partition) for t in partitions])
 
     def resume(self, partitions: list[TopicPartition]) -> None:
         # a deferred partition stays paused until it is planned (then resumed, unless
         # the application paused it meanwhile)
-        if self._child is None:
+        if self._plain:
             return self._primary.resume(partitions)
         check.partition_list(partitions)
         deferred = self._partitions.deferred
         self._primary.resume([t for t in partitions if (t.topic, t.partition) not in deferred])
+        assert self._child is not None  # the mode on
         self._child.resume([(t.topic, t.partition) for t in partitions])
 
     # -- the primary's own ----------------------------------------------------------------------
@@ -569,7 +577,8 @@ class Consumer:
         if self._group is not None:
             # the chunks still held are given back at once (bye), not after the claim timeout
             self._group.close(min(5.0, self._commit_timeout_s))
-        self._closed = True
+        self._closed = self._plain = True
+        self._reader = self._primary
 
         def shutdown() -> None:
             try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import threading
 import time
 from collections import Counter
@@ -210,7 +211,10 @@ class Delivery:
     def consume(self, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
         # The hot path, as in poll(): a batch is returned when it is full or a slice ends
         # with records in it, as the slow path does. The timeout is read as in poll();
-        # confluent-kafka's own consume() refuses a bad num_messages.
+        # confluent-kafka's own consume() refuses a bad num_messages (its type first, as
+        # there: before the timeout's).
+        if num_messages.__class__ is not int:
+            num_messages = operator.index(num_messages)
         if timeout.__class__ is not float and timeout.__class__ is not int:
             timeout = timeout_s(timeout)
         if self.steady:
