@@ -173,20 +173,25 @@ def _poll_until_boom(c: Any, seconds: float = 30.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize("protocol", ["classic", "kip848-consumer"])
 def test_an_on_assign_that_raises_leaves_poll_and_the_consumer_goes_on(
-    kafka_cluster: Any, topic: str, unique_group: str
+    kafka_cluster: Any, topic: str, unique_group: str, protocol: str
 ) -> None:
+    kip848 = protocol == "kip848-consumer"  # (skips where not served: tests/conftest.py)
+    group_conf = {"group.protocol": "consumer"} if kip848 else {"session.timeout.ms": 6000}
+
     def run(flavour: str) -> list[Any]:
         raised = []
 
         def on_assign(consumer: Any, partitions: list[TopicPartition]) -> None:
             if not raised:
                 raised.append(True)
-                consumer.assign(partitions)
+                (consumer.incremental_assign if kip848 else consumer.assign)(partitions)
                 raise Boom("on_assign")
 
-        c = consumer(flavour, kafka_cluster.bootstrap_servers, f"{unique_group}-{flavour}",
-                     **{"session.timeout.ms": 6000})  # fmt: skip
+        c = consumer(
+            flavour, kafka_cluster.bootstrap_servers, f"{unique_group}-{flavour}", **group_conf
+        )
         try:
             c.subscribe([topic], on_assign=on_assign)
             out = [_poll_until_boom(c), first_record(c).topic() == topic]
