@@ -185,6 +185,16 @@ def main() -> int:
                 cells.append(f"{med[a] / med[b]:>17.2f}")
             print(f"{loop:8} " + " ".join(cells))
         print("(records/s, median of the repetitions; ratios above 1: faster)")
+        # The ratio within each repetition (its consumers read in the same minutes), then
+        # the median over the repetitions: what the machine does meanwhile cancels out.
+        print("\nmedian over the repetitions of the ratio within each:")
+        for loop, by in rows.items():
+            cells = []
+            for b, a in pairs:
+                for num, den in ((b, "plain"), (a, "plain"), (a, b)):
+                    within = [x / y for x, y in zip(by[num], by[den], strict=True)]
+                    cells.append(f"{num}/{den} {statistics.median(within):.2f}")
+            print(f"{loop:8} " + "  ".join(cells))
     finally:
         if cluster is not None:
             cluster.close()
