@@ -4,6 +4,8 @@ With ``enable.parallel.rebalance=false`` (the default) every public method hands
 arguments to the primary handle's own method: the same behaviour, at the cost of one
 Python frame (docs/benchmarks.md measures it). No bound method is copied onto the
 instance: a subclass's override of any method runs, as with confluent-kafka's class.
+``poll()`` and ``consume()`` are ``_delivery``'s hot path functions themselves, so that
+with the mode on too a call costs that one frame.
 
 With it on, a partition gained with a backlog larger than the threshold is read by two
 consumers: the *primary* (the user's group member) jumps to the log end so fresh
@@ -43,7 +45,7 @@ from ._child import Child, ChildState, call_bounded
 from ._closed import CLOSED
 from ._committing import Committer, plain_abort, plain_send_offsets
 from ._config import ParallelConfig, child_config, split_config
-from ._delivery import Delivery
+from ._delivery import Delivery, hot_consume, hot_poll
 from ._groupcatchup import GroupCatchup
 from ._partitions import Key, Partitions
 from ._planner import Planner
@@ -86,7 +88,9 @@ class Consumer:
     # What an instance reads through before (or without: a subclass whose __init__ does not
     # call ours) __init__: confluent-kafka's "Consumer closed" from every method (_closed).
     _primary: _RdConsumer = CLOSED
-    #: poll()/consume() go to this: the primary handle (mode off) or Delivery (mode on)
+    #: poll()/consume() serve from this Delivery (the mode on; see _delivery.hot_poll),
+    #: or, when None (the mode off, or closed), hand their arguments to ``_reader``'s own
+    _hot: Delivery | None = None
     _reader: Any = CLOSED
     _child: Child | None = None
     _group: GroupCatchup | None = None
@@ -180,7 +184,7 @@ class Consumer:
             group.write_group = self._committer.write_absorbed
             group.read_alone = self._assignments.read_alone
             reporter.group = delivery.group = group
-        self._reader = delivery
+        self._hot = delivery
         reporter.publish()
 
     def _between_calls(self, now: float) -> None:
@@ -306,18 +310,9 @@ class Consumer:
     def assignment(self) -> list[TopicPartition]:
         return self._primary.assignment()
 
-    # -- reading: one frame, then the primary's own method (mode off) or Delivery's ---------
-    def poll(self, timeout: float = -1.0) -> Message | None:
-        """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog.
-
-        ``timeout`` in seconds, negative: no limit (confluent-kafka's default; ``None`` is a
-        ``TypeError`` there and here)."""
-        return self._reader.poll(timeout)  # type: ignore[no-any-return]
-
-    def consume(self, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
-        """Up to ``num_messages`` records, fresh first, at least 1/CHILD_SHARE of a
-        full batch from the backlog while it has records."""
-        return self._reader.consume(num_messages, timeout)  # type: ignore[no-any-return]
+    # -- reading: one Python frame, the hot path's (_delivery.hot_poll says why) -------------
+    poll = hot_poll
+    consume = hot_consume
 
     def _hand(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """poll() or consume() for a wrapper that hands the records on later
@@ -578,13 +573,21 @@ class Consumer:
             # the chunks still held are given back at once (bye), not after the claim timeout
             self._group.close(min(5.0, self._commit_timeout_s))
         self._closed = self._plain = True
-        self._reader = self._primary
+        self._hot, self._reader = None, self._primary
 
         def shutdown() -> None:
             try:
                 if self._settings.auto_commit and not self._subscribed:
                     self._committer.auto_commit(list(self._partitions.assigned))
-                self._primary.close()
+                try:
+                    self._primary.close()
+                except KafkaException:
+                    raise
+                except Exception as exc:
+                    # an error_cb (stats_cb, ...) of the application raised while librdkafka
+                    # closed the handle: it is closed all the same (leave() says why not
+                    # re-raised); librdkafka's own errors still are
+                    log.debug("a callback raised while the consumer closed: %r", exc)
             finally:
                 child.close()
 
