@@ -109,6 +109,7 @@ class Consumer:
         if not self._settings.enabled:
             # The primary handle: the user's group member. Owner: the user's thread.
             self._primary = self._reader = _RdConsumer(primary_conf)
+            self._hot = None  # on the instance: read at every poll(), found first there
             return
         self._plain = False
         child_conf = child_config(primary_conf, self._settings)
