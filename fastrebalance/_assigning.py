@@ -280,8 +280,15 @@ class Assignments:
                 high,
             )
         exact = self._settings.metadata_max_bytes if self._settings.transactional else None
+        settings = self._settings
         plan = plan_assignment(
-            restored, low, high, self._settings.lag_threshold, requested, exact_token_bytes=exact
+            restored,
+            low,
+            high,
+            settings.lag_threshold,
+            requested,
+            exact_token_bytes=exact,
+            from_start=self._planner.uncommitted,
         )
         if plan.declined is not None:
             log.warning(

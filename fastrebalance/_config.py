@@ -37,6 +37,7 @@ GROUP_KEY = "parallel.rebalance.group.catchup"
 CLAIM_TIMEOUT_KEY = "parallel.rebalance.group.claim.timeout.ms"
 CHUNK_KEY = "parallel.rebalance.group.chunk.records"
 CLAIMS_TOPIC_KEY = "parallel.rebalance.group.claims.topic"
+UNCOMMITTED_KEY = "parallel.rebalance.catchup.uncommitted"
 _PREFIX = "parallel.rebalance."
 
 #: A member's chunks are free again this long (log time) after its last record in the
@@ -92,6 +93,11 @@ CATCHUP_GROUP_SUFFIX = ".catchup"
 CONFIG_KEYS: dict[str, tuple[str, str]] = {
     ENABLE_KEY: ("false", "true or false (bool or string)"),
     THRESHOLD_KEY: (str(DEFAULT_LAG_THRESHOLD), "an integer >= 0 (records)"),
+    UNCOMMITTED_KEY: (
+        "true",
+        "true or false: a partition the group never committed, with "
+        "auto.offset.reset=earliest, catches up on [log start, log end) like any backlog",
+    ),
     CATCHUP_GROUP_KEY: (
         f"<group.id>{CATCHUP_GROUP_SUFFIX}",
         "a non-empty group id different from group.id, used by no subscriber",
@@ -185,6 +191,9 @@ class ParallelConfig:
     claim_timeout_ms: int = DEFAULT_CLAIM_TIMEOUT_MS
     chunk_records: int = DEFAULT_CHUNK_RECORDS
     claims_topic: str = ""
+    #: a partition with no committed offset and auto.offset.reset=earliest catches up on
+    #: [log start, log end) (``_planning.plan_assignment``)
+    catch_up_uncommitted: bool = True
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -282,6 +291,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     )
     chunk = _int(CHUNK_KEY, rest.pop(CHUNK_KEY, DEFAULT_CHUNK_RECORDS), 100, 100_000_000)
     claims_topic = rest.pop(CLAIMS_TOPIC_KEY, None)
+    uncommitted = _bool(UNCOMMITTED_KEY, rest.pop(UNCOMMITTED_KEY, True))
     group_id = rest.get("group.id")
     if group_catchup and not enabled:
         raise _refused(
@@ -357,6 +367,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         claim_timeout_ms=claim_timeout,
         chunk_records=chunk,
         claims_topic=str(claims_topic) if group_catchup else "",
+        catch_up_uncommitted=uncommitted,
     )
     # librdkafka's auto-commit would store the primary's position, past the backlog:
     # we commit ourselves, on the same schedule, with the safe offset and a token.

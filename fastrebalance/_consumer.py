@@ -36,8 +36,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from . import _arguments as check
 from ._assigning import Assignments
@@ -154,7 +154,12 @@ class Consumer:
             conf.get("error_cb"),
             user_on_commit,
         )
-        self._planner = planner = Planner(self._primary, child)
+        settings = self._settings
+        self._planner = planner = Planner(
+            self._primary,
+            child,
+            uncommitted=settings.catch_up_uncommitted and settings.reset_offset == OFFSET_BEGINNING,
+        )
         self._delivery = delivery = Delivery(
             self._primary, child, partitions, self._settings, self._between_calls
         )
@@ -181,6 +186,7 @@ class Consumer:
             self._settings,
             group,
         )
+        reporter.commit_failed = self._committer.commit_failed
         if group is not None:
             group.write_group = self._committer.write_absorbed
             group.read_alone = self._assignments.read_alone
@@ -195,6 +201,7 @@ class Consumer:
         self._reporter.publish_if_due(now)
         self._assignments.plan_deferred_if_due(now)
         if self._group is not None:
+            self._committer.rewrite_failed(now)
             self._group.tick(now)
 
     # -- misc ---------------------------------------------------------------------------------
@@ -271,6 +278,10 @@ class Consumer:
         a.callbacks = self._user_callbacks
         self._subscribed = True
         if self._group is not None:
+            if self._settings.auto_commit:
+                # as the revoke of a topic left: what the application got of chunks of a
+                # topic it no longer reads is processed, by the auto-commit's contract
+                self._committer.commit_helped()
             self._group.subscribed(topics)
         self._primary.subscribe(
             topics, on_assign=a.on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
@@ -282,6 +293,11 @@ class Consumer:
     def unsubscribe(self) -> None:
         self._primary.unsubscribe()
         if self._group is not None:
+            if self._settings.auto_commit:
+                # what the application got of its chunks is processed, by the auto-commit's
+                # contract, as close() takes it (issue 45: all 7,000 records a helper had
+                # been handed were read again by the owner after its unsubscribe())
+                self._committer.commit_helped()
             self._group.stop_helping()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -491,10 +507,22 @@ class Consumer:
         backlog records (they come twice) and claims them only once re-delivered; a
         forward seek skips fresh records as a plain consumer's does. A partition whose
         commit logs could not be read yet (its catch-up not planned) raises ``_STATE``, as
-        confluent-kafka's does while it waits for the committed offset."""
+        confluent-kafka's does while it waits for the committed offset. With group-wide
+        catch-up, a seek of a partition this member only helps with, into a chunk it holds,
+        gives the chunks from there on back to the group: their records are delivered
+        again, here or to another member."""
         if self._plain:
             return self._primary.seek(partition)
-        self._delivery.seek(check.partition(partition))
+        tp = check.partition(partition)
+        key = (tp.topic, tp.partition)
+        if (
+            self._group is not None
+            and key not in self._partitions.assigned
+            and key not in self._partitions.deferred
+            and self._group.seek_back(key, tp.offset)
+        ):
+            return
+        self._delivery.seek(tp)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         if self._plain:

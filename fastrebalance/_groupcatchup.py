@@ -40,7 +40,7 @@ from confluent_kafka import KafkaException, Message
 
 from ._child import Child
 from ._claims import ChunkKey, ClaimRecord, ClaimsState, cut_chunks
-from ._claimslog import ClaimsLog, UnusableClaimsTopic, permanent
+from ._claimslog import ClaimsLog, permanent
 from ._commits import Change, apply_change
 from ._config import CLAIMS_TOPIC_KEY, ParallelConfig
 from ._ledger import Ledger
@@ -175,6 +175,11 @@ class GroupCatchup:
         self._patterns = tuple(t for t in topics if t.startswith("^"))
         self._subscribed = True
         self.helping = self.unusable is None
+        # chunks of topics it no longer reads go back (issue 45: after subscribe([Y]) a
+        # member went on handing out 8,000 records of X's chunks within 0.6 s)
+        gone = sorted(ck for ck in self._held if not self._reads(ck[0]))
+        if gone:
+            self._give_back(gone, "the member's subscription changed")
         if self._log.topic in self._names and self.unusable is None:
             # the application reads it: claims records would be handed to its code, and
             # its records would be read as claims
@@ -270,7 +275,7 @@ class GroupCatchup:
             try:
                 self._log.start()
                 self._failing_since = None
-            except (KafkaException, RuntimeError, UnusableClaimsTopic) as exc:
+            except (KafkaException, RuntimeError) as exc:
                 if self._failed(now, exc, "started"):
                     return
                 # a topic just created has no leader for a moment (NOT_LEADER_FOR_PARTITION
@@ -287,7 +292,7 @@ class GroupCatchup:
             try:
                 self._log.reopen()
                 self._failing_since = None
-            except (KafkaException, RuntimeError, UnusableClaimsTopic) as exc:
+            except (KafkaException, RuntimeError) as exc:
                 if self._failed(now, exc, "made again"):
                     return
                 log.warning("claims log %s could not be made again (%s): retrying in 2s",
@@ -422,7 +427,8 @@ class GroupCatchup:
                     if key in self._handed_back:
                         continue  # its done follows: nothing to read
                     won = state.last_holder(key) == self.member and key not in self._held
-                    if won and not self.helping:
+                    if won and not (self.helping and self._reads(key[0])):
+                        # unsubscribed, or a subscription that left the topic, since
                         self._send(ClaimRecord("release", self.member, *key[:2], (key[2:],)))
                     elif won:
                         # also a claim given up on (_CLAIM_GIVE_UP_S) that the log took
@@ -459,19 +465,38 @@ class GroupCatchup:
 
     def stop_helping(self) -> None:
         """The member left the group (unsubscribe()): it claims no more chunks and gives
-        back those it holds (what its application committed of them as done pieces,
-        ``_hand_back``), so that poll() hands out nothing more of the group's backlog, as
-        a plain consumer's returns nothing after unsubscribe(). Before, it went on
-        claiming and reading chunks of the topic it left (repro/r13: 11,100 records in
-        15 s). ``subscribe()`` sets ``helping`` again."""
+        back those it holds (``_give_back``), so that poll() hands out nothing more of the
+        group's backlog, as a plain consumer's returns nothing after unsubscribe(). Before,
+        it went on claiming and reading chunks of the topic it left (repro/r13: 11,100
+        records in 15 s). ``subscribe()`` sets ``helping`` again."""
         self.helping = False
         self._subscribed = False
-        if self._log.started:
-            self._hand_back()
-        for ck in sorted(self._held):
-            if self._log.started:
+        self._give_back(sorted(self._held), "the member unsubscribed")
+
+    def _give_back(self, chunks: Sequence[ChunkKey], why: str) -> None:
+        """Give ``chunks`` back to the group: what the application committed of them as
+        done pieces (``_hand_back``), the rest released for whoever claims it next; none of
+        their records is handed out here any more."""
+        if self._log.started and self.unusable is None:
+            self._hand_back(chunks)
+        for ck in chunks:
+            if self._log.started and self.unusable is None:
                 self._send(ClaimRecord("release", self.member, ck[0], ck[1], (ck[2:],)))
-            self._drop(ck, "given back: the member unsubscribed", lost=False)
+            self._drop(ck, f"given back: {why}", lost=False)
+
+    def seek_back(self, key: Key, offset: int) -> bool:
+        """seek() of a partition this member reads only as a helper (it owns none of it,
+        so nothing else could seek it), back into a chunk it holds: the chunks from there
+        on are given back (``_give_back``), so their records from ``offset`` are read and
+        delivered again, here or by another member, as a seek back re-delivers on a plain
+        consumer. api.md's recipe (commit the last good record, seek back to the bad one)
+        raised ``_UNKNOWN_PARTITION`` on such a record (issue 45). False: no chunk of
+        ``key`` this member holds has ``offset``."""
+        chunks = sorted(ck for ck in self._held if ck[:2] == key and ck[3] > offset)
+        if not chunks or chunks[0][2] > offset:
+            return False
+        self._give_back(chunks, f"the application sought back to {offset}")
+        return True
 
     def _drop(self, ck: ChunkKey, why: str, lost: bool = True) -> None:
         key: Key = (ck[0], ck[1])
@@ -805,14 +830,14 @@ class GroupCatchup:
             log.warning("done chunks of partitions no member owns stay for the next owner "
                         "to absorb: %s", exc)  # fmt: skip
 
-    def _hand_back(self) -> None:
+    def _hand_back(self, chunks: Sequence[ChunkKey] | None = None) -> None:
         """Chunks left with part of them committed: that part becomes chunks of their own,
         offered, claimed and done by this member (the log accepts them in this order, one
         producer), so that whoever takes the rest over does not read it again. Without it
         a clean close() mid-chunk had the next holder read the chunk from its start (700
         records delivered twice with no crash, repro/r04). Each ``done`` is true: its
         offsets left this member's ledger only by its application's commits."""
-        for ck in sorted(self._held):
+        for ck in sorted(self._held) if chunks is None else chunks:
             h = self._helped.get((ck[0], ck[1]))
             if h is None:
                 continue

@@ -56,9 +56,12 @@ class Planner:
     """Reads both logs and the watermarks of an assignment, with the primary's handle
     and the child's (both owned by the user's thread, which runs this)."""
 
-    def __init__(self, primary: _RdConsumer, child: Child) -> None:
+    def __init__(self, primary: _RdConsumer, child: Child, uncommitted: bool = False) -> None:
         self._primary = primary
         self._child = child
+        #: a partition never committed is planned from its watermarks too (it catches up
+        #: on [log start, log end): parallel.rebalance.catchup.uncommitted with earliest)
+        self.uncommitted = uncommitted
 
     def read(
         self, partitions: Sequence[TopicPartition], budget: Budget, quiet: bool = False
@@ -82,7 +85,10 @@ class Planner:
             return out
         for key, r in restored.items():
             out[key].restored = r
-        marks = self.watermarks([k for k, r in restored.items() if r.position is not None], budget)
+        marks = self.watermarks(
+            [k for k, r in restored.items() if r.position is not None or self.uncommitted],
+            budget,
+        )
         for key, mark in marks.items():
             out[key].watermarks = mark
         return out

@@ -151,6 +151,7 @@ def plan_assignment(
     threshold: int,
     requested: int = OFFSET_INVALID,
     exact_token_bytes: int | None = None,
+    from_start: bool = False,
 ) -> Plan:
     """Decide the primary's start and the backlog for a partition just gained.
 
@@ -165,6 +166,12 @@ def plan_assignment(
     commit skips what a plain consumer's would (fresh records between P and a later
     start) and never the pending backlog.
 
+    ``from_start``: a partition the group never committed (P unknown) starts where
+    auto.offset.reset says; when that is the log start, ``[low, high)`` is its backlog,
+    caught up as any other when it passes the threshold (a new service whose first member
+    crashed on its first read restarted with its whole log in order: first fresh record
+    after 18.9 s at p50, issue 47).
+
     ``exact_token_bytes`` (exactly-once): the range token may never be coalesced, so a
     new range is added only if the token still fits this budget with room to spare
     (``TOKEN_HEADROOM_BYTES``); otherwise the primary resumes at P and reads the new
@@ -172,9 +179,20 @@ def plan_assignment(
     add a range at every restart until no transaction could carry its offsets.
     """
     if restored.position is None:
-        if requested in (OFFSET_INVALID, OFFSET_STORED):
+        if requested not in (OFFSET_INVALID, OFFSET_STORED):
+            return Plan(requested, Ledger(), 0, max(requested, 0))
+        if not from_start or high - low <= threshold:
             return Plan(None, Ledger())
-        return Plan(requested, Ledger(), 0, max(requested, 0))
+        # Never committed, and auto.offset.reset=earliest: the whole log is backlog, as
+        # if the group had committed its start. Nothing is claimed processed: the offset
+        # the group may store is still the log start until records are committed.
+        fresh = Ledger(low)
+        fresh.split_at(high)
+        if exact_token_bytes is not None and not token_fits(
+            fresh, "", exact_token_bytes - TOKEN_HEADROOM_BYTES
+        ):
+            return Plan(None, Ledger(), declined=(low, high))
+        return Plan(high, fresh, high, high, (), (low, high))
     ledger = restored.ledger()
     position = restored.position
     added = declined = None

@@ -97,6 +97,8 @@ class Reporter:
         self.last_plan: dict[str, Any] | None = None
         #: group-wide catch-up, when on (its status joins the metrics)
         self.group: Any = None
+        #: told which partitions' group commit failed (the commit path writes them again)
+        self.commit_failed: Callable[[list[TopicPartition]], None] = lambda tps: None
 
     # -- status -------------------------------------------------------------------------
     def catchup_status(self) -> dict[Key, CatchupStatus]:
@@ -229,6 +231,9 @@ class Reporter:
         application's callback."""
         if err is not None or any(tp.error is not None for tp in partitions):
             self.group_commit_failures += 1
+            self.commit_failed(
+                partitions if err is not None else [tp for tp in partitions if tp.error]
+            )
         if self._user_on_commit is not None:
             self._user_on_commit(err, partitions)
 

@@ -280,15 +280,50 @@ def test_threshold_skips_small_lags(regained):
     assert [m.offset() for m in got] == [95, 96, 97, 98, 99]
 
 
-def test_no_committed_offset_follows_auto_offset_reset(kafka_cluster, topic_factory, unique_group):
+def test_no_committed_offset_follows_auto_offset_reset_when_asked(
+    kafka_cluster, topic_factory, unique_group
+):
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 500)
-    c = Consumer(base_conf(bs, unique_group, **{"parallel.rebalance.lag.threshold": 0}))
+    conf = base_conf(bs, unique_group, **{"parallel.rebalance.lag.threshold": 0})
+    conf["parallel.rebalance.catchup.uncommitted"] = False
+    c = Consumer(conf)
     try:
         c.assign([TopicPartition(topic, 0)])
         assert c.catchup_status() == {}
         got = drain(c, lambda ms: len(ms) >= 500)
         assert [m.offset() for m in got] == list(range(500))
+    finally:
+        c.close()
+
+
+def test_a_partition_never_committed_catches_up_from_its_start(
+    kafka_cluster, topic_factory, unique_group
+):
+    # issue 47: a new service whose first member crashed before its first commit restarted
+    # (auto.offset.reset=earliest) with its whole log in order: the first fresh record came
+    # after the whole log (18.9 s at p50). Now the log is its backlog: fresh records first,
+    # every record delivered, and the group stores no offset past an unprocessed record.
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 20000)
+    c = Consumer(base_conf(bs, unique_group))
+    try:
+        c.subscribe([topic])
+        drain(c, lambda ms: bool(c.catchup_status()), timeout=30)  # planned: a backlog
+        assert c.catchup_status()[(topic, 0)].pending_ranges == ((0, 20000),)
+        produce(bs, topic, 1, start=20000)  # one fresh record
+        order: list[int] = []
+
+        def work(m):
+            order.append(m.offset())
+            _busy(50e-6)
+
+        drain(c, lambda ms: 20000 in order and len(set(order)) >= 20001, timeout=60,
+              on_message=work)  # fmt: skip
+        assert order.index(20000) < 2000, order.index(20000)
+        assert group_offsets(bs, unique_group, topic)[0] in (-1001, 0)  # nothing committed
+        c.commit(asynchronous=False)
+        assert group_offsets(bs, unique_group, topic)[0] == 20001
     finally:
         c.close()
 

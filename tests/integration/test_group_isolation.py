@@ -166,31 +166,30 @@ def test_group_ids_kafka_takes_for_one_another_both_drain_their_backlogs(
 
 
 @pytest.mark.kafka4
-def test_a_claims_topic_that_is_not_one_leaves_the_backlog_to_the_members_child(
+def test_a_claims_topic_the_member_reads_leaves_the_backlog_to_its_child(
     kafka_cluster: KafkaCluster,
     topic_factory: Callable[..., str],
     unique_group: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A claims topic with 3 partitions (another application's, or made by hand) has no one
-    order of records: the member says so once, as an ERROR naming the key, and its own
-    catch-up consumer reads the backlog, as with group-wide catch-up off."""
-    bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
-    claims = topic_factory(3)
+    """A claims topic that is also one the application subscribes to (a config mistake) is
+    never written or read as a claims log: its records would reach the application's code.
+    The member says so once, as an ERROR naming the key, and its own catch-up consumer
+    reads the backlog, as with group-wide catch-up off."""
+    bootstrap, topic, other = kafka_cluster.bootstrap_servers, topic_factory(1), topic_factory(1)
     prepare(bootstrap, topic, unique_group, BACKLOG)
-    member = _Member(
-        _conf(
-            bootstrap, unique_group, "classic", **{"parallel.rebalance.group.claims.topic": claims}
-        )
+    conf = _conf(
+        bootstrap, unique_group, "classic", **{"parallel.rebalance.group.claims.topic": other}
     )
+    member = _Member(conf)
     try:
         with caplog.at_level("ERROR", logger="fastrebalance.group"):
-            member.subscribe([topic])
+            member.subscribe([topic, other])
             got = _drain_each(bootstrap, {unique_group: (member, topic)}, BACKLOG)
             status = member.metrics_snapshot()["group"]
     finally:
         member.close()
     assert got[unique_group] >= set(range(BACKLOG))
-    assert status["unusable"] and "3 partitions" in status["unusable"]
+    assert status["unusable"] and "subscribes to" in status["unusable"]
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "parallel.rebalance.group.claims.topic" in errors[0], errors

@@ -19,6 +19,7 @@ from fastrebalance._config import (
     METADATA_MAX_KEY,
     THRESHOLD_KEY,
     TRANSACTIONAL_KEY,
+    UNCOMMITTED_KEY,
     ParallelConfig,
     child_config,
     split_config,
@@ -36,6 +37,7 @@ OURS = (
     CLAIM_TIMEOUT_KEY,
     CHUNK_KEY,
     CLAIMS_TOPIC_KEY,
+    UNCOMMITTED_KEY,
 )
 
 

@@ -622,8 +622,59 @@ def test_a_claims_topic_the_member_subscribes_to_is_never_used() -> None:
 def test_which_claims_log_failures_are_final(code: str, final: bool) -> None:
     from confluent_kafka import KafkaError, KafkaException
 
-    from fastrebalance._claimslog import UnusableClaimsTopic, permanent
+    from fastrebalance._claimslog import permanent
 
     assert permanent(KafkaException(KafkaError(getattr(KafkaError, code)))) is final
-    assert permanent(UnusableClaimsTopic("3 partitions"))
     assert not permanent(RuntimeError("closed"))
+
+
+def _helper_with_chunks() -> tuple[Member, Member, list[Any]]:
+    a, b, shared, clock = _team()
+    owner = Member("o", shared, clock)
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    owner.g.own([(KEY, Ledger(100, RangeSet([(0, 20)])))])
+    owner.tick()
+    a.tick()
+    a.tick()
+    assert a.g._held and KEY in a.child.cursors
+    return a, b, shared
+
+
+def test_a_changed_subscription_gives_back_the_chunks_of_a_topic_left() -> None:
+    # issue 45: after commit() and subscribe([Y]) a helper went on handing out chunks of X
+    # (8,000 records within 0.6 s: its new code would have processed them)
+    a, b, shared = _helper_with_chunks()
+    s, _e = a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 3)}, sync=False, timeout_s=1)
+    held = set(a.g._held) | ({a.g._claiming} if a.g._claiming else set())
+    a.g.subscribed(["y"])
+    assert a.g._held == set() and KEY not in a.child.cursors
+    for _ in range(3):
+        a.tick()  # a claim in flight before the change, won after it: released too
+    assert a.g._held == set() and KEY not in a.child.cursors
+    recs = [(rec.kind, rec.chunks) for rec, _ in shared if rec.member == "a"]
+    assert ("done", ((s, s + 4),)) in recs  # what it committed, handed back
+    assert {c for k, c in recs if k == "release"} == {(ck[2:],) for ck in held}
+    assert _kinds(shared, "a", "claim").count((s, s + 4)) == 1  # no claim of t since
+    assert sorted(_read_every_chunk(b, 8)) == sorted([(s + 4, s + 10), (10 - s, 20 - s)])
+    # a subscription that still names t keeps its chunks
+    c, _, _ = _helper_with_chunks()
+    held = set(c.g._held)
+    c.g.subscribed([KEY[0], "y"])
+    assert c.g._held == held
+
+
+def test_seeking_back_into_a_held_chunk_gives_it_back_from_there() -> None:
+    # issue 45: api.md's recipe (commit the last good record, seek() back to the bad one) on
+    # a chunk record raised _UNKNOWN_PARTITION and ended an ordinary poll loop
+    a, b, _ = _helper_with_chunks()
+    s, _e = a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 4)}, sync=False, timeout_s=1)  # good up to s + 4
+    assert a.g.seek_back(KEY, s + 5)
+    assert a.g._held == set() and KEY not in a.child.cursors
+    # the bad record and everything after it is read again (here by b), nothing before it
+    read = _read_every_chunk(b, 8)
+    assert (s + 5, s + 10) in read and all(e <= s or st >= s + 5 for st, e in read)
+    assert not a.g.seek_back(KEY, s + 5)  # nothing held any more: not a chunk of its
+    assert not a.g.seek_back(("other", 0), 3)
+

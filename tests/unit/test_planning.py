@@ -361,6 +361,27 @@ def test_an_explicit_start_without_a_committed_offset() -> None:
     assert (plan.start, plan.floor, plan.run_start, plan.ledger.position) == (300, 0, 300, None)
 
 
+def test_a_partition_never_committed_catches_up_from_the_log_start() -> None:
+    # issue 47: a new service whose first member crashed before its first commit restarted
+    # with auto.offset.reset=earliest and read its whole log in order (first fresh record
+    # after 18.9 s at p50): [log start, end) is its backlog now
+    plan = plan_assignment(restore(-1, None), low=40, high=900, threshold=100, from_start=True)
+    assert (plan.start, plan.floor, plan.run_start) == (900, 900, 900)
+    assert plan.ledger.ranges.as_tuple() == ((40, 900),) and plan.caught_up == (40, 900)
+    assert plan.ledger.safe_offset == 40  # what the group may store: nothing claimed
+    # below the threshold, with latest (from_start False), or asked not to: as before
+    for low, high, from_start in ((40, 140, True), (40, 900, False)):
+        plan = plan_assignment(
+            restore(-1, None), low=low, high=high, threshold=100, from_start=from_start
+        )
+        assert (plan.start, plan.ledger.position, plan.caught_up) == (None, None, None)
+    # an explicit start is the application's, as before
+    plan = plan_assignment(
+        restore(-1, None), low=0, high=900, threshold=0, requested=300, from_start=True
+    )
+    assert (plan.start, plan.caught_up) == (300, None)
+
+
 # -- exactly-once: never a token no transaction can carry ---------------------------
 @settings(deadline=None, max_examples=40)
 @given(
