@@ -1,8 +1,14 @@
-# The two commands of the README. Each creates/refreshes .venv and installs what it needs.
+# The two commands of the README. Each creates/refreshes its virtualenv and installs what it
+# needs: make demo the core install alone in .venv-demo (confluent-kafka, tenacity,
+# sortedcontainers: about 45 MB, what `pip install fastrebalance` brings), make test and the
+# rest every extra in .venv (pyspark among them, about 1 GB).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+CKSUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(CKSUM)
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-$(CKSUM)
 
 .PHONY: demo test test-kafka test-kafka4 _suite lint docs clean
 
@@ -14,8 +20,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-compile -e '.[test,docs,spark,prometheus,otel,schemaregistry,plot]'
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
-demo: $(STAMP)
-	$(VENV)/bin/fastrebalance demo
+# The demo imports nothing of the extras (tests/unit/test_packaging.py runs it from the wheel
+# with the core dependencies alone). The venv gets no pip of its own: ensurepip byte-compiles
+# pip's thousand modules, which took 23 s of a loaded machine's minute; this Python's pip
+# installs into it (--python, pip 22.3+). Without such a pip, the venv's own, at least 21.3
+# (the first to install a pyproject-only package editable).
+DEMO_INSTALL := install --quiet --no-compile -e .
+$(DEMO_STAMP): pyproject.toml
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv --without-pip $(DEMO_VENV)
+	$(PYTHON) -m pip --python $(DEMO_VENV)/bin/python $(DEMO_INSTALL) 2>/dev/null \
+	|| { $(DEMO_VENV)/bin/python -m ensurepip --upgrade \
+	     && $(DEMO_VENV)/bin/python -m pip install --quiet 'pip>=21.3' \
+	     && $(DEMO_VENV)/bin/python -m pip $(DEMO_INSTALL); }
+	rm -f $(DEMO_VENV)/.installed-* && touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/fastrebalance demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fastrebalance tests examples benchmarks
@@ -87,4 +107,4 @@ _suite:
 	$(call suite,$(MARKS),$(PATHS))
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .site
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .hypothesis .site

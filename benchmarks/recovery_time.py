@@ -1,204 +1,144 @@
 #!/usr/bin/env python3
-"""Wall-clock recovery after a SIGKILL, per group protocol, with real processes.
+"""Recovery after a SIGKILL, measured from the kill: plain confluent-kafka against
+fastrebalance with the removal of dead members off and on, under both group protocols.
 
-Why: after a crash the restarted member (plain confluent-kafka or fastrebalance alike) gets
-the partitions only once the group has noticed that the dead member is gone; whatever is
-produced meanwhile becomes backlog. fastrebalance's catch-up shortens what comes *after*
-that wait, not the wait itself. This script measures the wait, so that
-docs/operations.md ("Recovery time after a crash") can say what decides it under each
-group protocol and setting.
+Why: a user measures a crash from the crash. A SIGKILLed member never leaves its group,
+and the group waits for its session to expire (45 s by default under either protocol)
+before anyone gets its partitions; fastrebalance's catch-up only shortens what comes
+after that wait, and the removal of dead members at start (docs/operations.md, "Recovery
+time after a crash") shortens the wait itself. Run it on a broker at Kafka's real group
+defaults (``group.min.session.timeout.ms``, ``group.consumer.min.session.timeout.ms``,
+``group.initial.rebalance.delay.ms`` and ``group.consumer.min.heartbeat.interval.ms`` not
+lowered), or the numbers say nothing about production.
 
-For each case (a fresh 1-partition topic and group each time): member A, a subprocess
-running ``fastrebalance.Consumer`` with ``enable.parallel.rebalance``, is assigned and
-consumes a few records; it is SIGKILLed; member B (same group, same config, its process
-started beforehand so that interpreter start-up is not measured) subscribes at once. We
-report the seconds from B's ``subscribe()`` to its first ``on_assign`` holding the
-partition, and to its first record produced after the kill. A producer thread writes
-about 200 records/s the whole time. If B's consumer hits a fatal error (static membership
-under KIP-848: UNRELEASED_INSTANCE_ID), B makes a new one a second later, as a supervisor
-would, and the clock keeps running. Bounded: B gives up ``--give-up`` seconds (120) after
-subscribing and A must be ready within 60 s, so a run takes at most about 4 min per case
-and repetition; all six cases, twice, took about 5 minutes on Apache Kafka 4.
+Each run, on a fresh topic (6 partitions) and group: a writer produces ``--rate`` records/s
+(each valued with its produce time); member A, a subprocess, processes them (``--work-us``
+of CPU per record, offsets stored after processing, the client's auto-commit every 5 s)
+for ``--warmup`` seconds and is SIGKILLed; a new process B, the same program with the
+same config, is started at once, as a supervisor would (so interpreter start-up and
+imports are counted). From the kill: B's first assignment of all 6 partitions, B's first
+processed record produced after the kill, B's first fresh record (produced after the kill
+and processed less than 1 s after it was produced: B is back at the live end of the log),
+and the moment every record produced before the
+kill had been processed by A or B (backlog done). Then the writer stops, and once A and B
+together have processed every record, or ``--give-up`` seconds after the kill, B stops:
+``lost`` counts records no one processed, ``duplicates`` records processed more than once.
 
-    .venv/bin/python benchmarks/recovery_time.py --bootstrap 127.0.0.1:29292 [--reps 2]
-        [--cases abcdef] [--give-up 120]
+    .venv/bin/python benchmarks/recovery_time.py --bootstrap 127.0.0.1:9092 [--reps 3]
+        [--protocols classic,consumer] [--clients plain,off,on]
 
-Needs a broker with KIP-848 (Apache Kafka 4) for cases d-f; cases a-c run on any broker.
+Cases: ``plain`` (confluent_kafka.Consumer), ``off`` (fastrebalance,
+``parallel.rebalance.remove.dead.members=false``), ``on`` (fastrebalance, its default).
+The consumer protocol needs Apache Kafka 4.0 or later.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import queue
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CLASSIC = {"partition.assignment.strategy": "cooperative-sticky"}
-CONSUMER = {"group.protocol": "consumer"}
-CASES: dict[str, tuple[str, dict[str, Any]]] = {
-    "a": ("classic, session.timeout.ms default (45000)", dict(CLASSIC)),
-    "b": (
-        "classic, session.timeout.ms=6000, heartbeat.interval.ms=1000",
-        {**CLASSIC, "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
-    ),
-    "c": ("classic, default session timeout, static group.instance.id", dict(CLASSIC)),
-    "d": ("consumer (KIP-848), broker default group session timeout", dict(CONSUMER)),
-    "e": ("consumer (KIP-848), group override consumer.session.timeout.ms=6000", dict(CONSUMER)),
-    "f": ("consumer (KIP-848), static group.instance.id", dict(CONSUMER)),
+PARTITIONS = 6
+#: A record is fresh when processed less than this long after it was produced: the
+#: consumer is back at the live end of the log (a record produced just after the kill and
+#: read 45 s later is not)
+FRESH_LAG_S = 1.0
+CLIENTS = {
+    "plain": "confluent-kafka",
+    "off": "fastrebalance, removal off",
+    "on": "fastrebalance, removal on",
 }
-STATIC_CASES = ("c", "f")
-A_RECORDS = 20  # records member A consumes (and commits) before it is killed
-A_START_LIMIT_S = 60.0  # member A must be assigned and have read records within this
 
 
-# -- the member processes -----------------------------------------------------------------------
-def emit(event: str, **fields: Any) -> None:
-    """One JSON line to the parent, with this process's wall clock."""
-    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
-
-
+# -- the member process (A and B alike) ----------------------------------------------------------
 def run_member(args: argparse.Namespace) -> None:
-    """Member A (``--role A``) or B (``--role B``): subscribe, report, read until killed."""
-    from fastrebalance import Consumer, KafkaError
-
+    """Consume, burn ``work_us`` per record, log each processed record, store its offset."""
+    started = time.time()
     conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
-        "enable.parallel.rebalance": True,
         "auto.offset.reset": "earliest",
-        **json.loads(args.conf),
+        "enable.auto.offset.store": False,
     }
-    if args.role == "B":
-        emit("waiting")
-        kill_t = float(sys.stdin.readline())  # the parent's kill time: our go signal
+    if args.protocol == "consumer":
+        conf["group.protocol"] = "consumer"
     else:
-        kill_t = float("inf")
+        conf["partition.assignment.strategy"] = "cooperative-sticky"
+    if args.client == "plain":
+        from confluent_kafka import Consumer
+    else:
+        from fastrebalance import Consumer
 
-    def on_assign(_consumer: Any, partitions: list[Any]) -> None:
-        emit("assign", partitions=[p.partition for p in partitions])
+        conf["enable.parallel.rebalance"] = True
+        conf["parallel.rebalance.state.dir"] = args.state_dir
+        conf["parallel.rebalance.remove.dead.members"] = args.client == "on"
+    emit("imported", since_start=time.time() - started)
+    consumer = Consumer(conf)
+    held: set[int] = set()
 
-    def start() -> Any:
-        consumer = Consumer(conf)
-        emit("subscribe")
-        consumer.subscribe([args.topic], on_assign=on_assign)
-        return consumer
+    def on_assign(_c: Any, partitions: list[Any]) -> None:
+        held.update(p.partition for p in partitions)
+        emit("assign", partitions=sorted(held))
 
-    consumer = start()
-    read = 0
-    errors: set[str] = set()
-    deadline = time.monotonic() + args.give_up
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is None:
+    def on_revoke(_c: Any, partitions: list[Any]) -> None:
+        held.difference_update(p.partition for p in partitions)
+
+    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke)
+    fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    kill_t = args.kill_t
+    fresh_said = after_said = False
+    work_s = args.work_us / 1e6
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.is_set():
+        msgs = consumer.consume(500, 0.1)
+        lines = []
+        for msg in msgs:
+            if msg.error():
                 continue
-            if err := msg.error():
-                if str(err) not in errors:  # once each: an error may repeat
-                    errors.add(str(err))
-                    emit("error", error=str(err))
-                if err.code() == KafkaError._FATAL:
-                    # The consumer is unusable: do what a supervisor restarting the
-                    # application would, a new consumer a second later.
-                    emit("fatal")
-                    close_quietly(consumer)
-                    time.sleep(1.0)
-                    consumer = start()
-                continue
-            read += 1
+            until = time.perf_counter() + work_s
+            while time.perf_counter() < until:
+                pass
+            now = time.time()
+            lines.append(f"{msg.partition()} {msg.offset()} {now:.6f}\n")
             produced = float(msg.value() or b"0")
-            if args.role == "A" and read == A_RECORDS:
-                consumer.commit(asynchronous=False)
-                emit("ready", offset=msg.offset())
-            if args.role == "B" and produced > kill_t:
-                emit("after_kill", offset=msg.offset(), produced=produced, read=read)
-                break
-    except Exception as exc:  # reported, not hidden: the parent prints it
-        emit("error", error=f"{type(exc).__name__}: {exc}")
-    finally:
-        if args.role == "B":
-            close_quietly(consumer)
-            emit("closed")
+            if kill_t and produced > kill_t:
+                if not after_said:
+                    after_said = True
+                    emit("after_kill", partition=msg.partition(), offset=msg.offset())
+                if not fresh_said and now - produced < FRESH_LAG_S:
+                    fresh_said = True
+                    emit("fresh", partition=msg.partition(), offset=msg.offset())
+        if lines:
+            os.write(fd, "".join(lines).encode())  # logged before its offset is stored
+            for msg in msgs:
+                if not msg.error():
+                    consumer.store_offsets(message=msg)
+    os.close(fd)
+    consumer.close()
 
 
-def close_quietly(consumer: Any) -> None:
-    try:
-        consumer.close()
-    except Exception as exc:  # a consumer after a fatal error may refuse; nothing to save
-        emit("error", error=f"close: {type(exc).__name__}: {exc}")
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
 
 
-# -- the parent -----------------------------------------------------------------------------------
-@dataclass
-class Member:
-    """A member subprocess and a reader thread queueing its JSON lines."""
-
-    proc: subprocess.Popen[str]
-    events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
-
-    def __post_init__(self) -> None:
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.events.put({"event": "output", "t": time.time(), "line": line.rstrip()})
-        self.events.put({"event": "exit", "t": time.time()})
-
-    def wait_for(self, name: str, until: float, log: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The first ``name`` event before monotonic ``until``; every event goes to ``log``."""
-        while (left := until - time.monotonic()) > 0:
-            try:
-                ev = self.events.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                continue
-            log.append(ev)
-            if ev["event"] == name:
-                return ev
-            if ev["event"] == "exit":
-                return None
-        return None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def spawn(
-    role: str, bootstrap: str, topic: str, group: str, conf: dict[str, Any], give_up: float
-) -> Member:
-    cmd = [
-        sys.executable, "-u", __file__, "--member", "--role", role, "--bootstrap", bootstrap,
-        "--topic", topic, "--group", group, "--conf", json.dumps(conf),
-        "--give-up", str(give_up),
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=sys.stderr, text=True
-    )
-    return Member(proc)
-
-
+# -- the parent ----------------------------------------------------------------------------------
 class Writer(threading.Thread):
-    """Produces about ``rate`` records/s to ``topic``, each valued with its produce time."""
+    """``rate`` records/s round-robin over the partitions, each valued with its send time."""
 
     def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
         super().__init__(daemon=True)
@@ -209,10 +149,13 @@ class Writer(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        next_t = time.monotonic()
+        next_t, i = time.monotonic(), 0
         while not self.done.is_set():
-            self.producer.produce(self.topic, value=f"{time.time():.6f}".encode())
+            self.producer.produce(
+                self.topic, value=f"{time.time():.6f}".encode(), partition=i % PARTITIONS
+            )
             self.producer.poll(0)
+            i += 1
             next_t += self.period
             if (pause := next_t - time.monotonic()) > 0:
                 time.sleep(pause)
@@ -220,136 +163,180 @@ class Writer(threading.Thread):
     def stop(self) -> None:
         self.done.set()
         self.join()
-        self.producer.flush(10)
+        assert self.producer.flush(30) == 0
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+class Member:
+    def __init__(self, args: argparse.Namespace, role: str, run: dict[str, Any], kill_t: float):
+        self.log = Path(run["dir"]) / f"{role}.log"
+        cmd = [
+            sys.executable, __file__, "--member", "--bootstrap", args.bootstrap,
+            "--topic", run["topic"], "--group", run["group"], "--protocol", run["protocol"],
+            "--client", run["client"], "--state-dir", str(Path(run["dir"]) / "state"),
+            "--log", str(self.log), "--work-us", str(args.work_us), "--kill-t", str(kill_t),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.events: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                self.events.append(json.loads(line))
+
+    def first(self, name: str, pred: Any = None) -> dict[str, Any] | None:
+        for ev in list(self.events):
+            if ev["event"] == name and (pred is None or pred(ev)):
+                return ev
+        return None
+
+    def processed(self) -> list[tuple[int, int, float]]:
+        out = []
+        if self.log.exists():
+            for line in self.log.read_text().splitlines():
+                p, o, t = line.split()
+                out.append((int(p), int(o), float(t)))
+        return out
+
+
+def watermarks(bootstrap: str, topic: str) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "recovery-time-watermarks"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(PARTITIONS)]
+    finally:
+        c.close()
+
+
+def measure(args: argparse.Namespace, protocol: str, client: str) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(30)
-
-
-def measure(case: str, bootstrap: str, give_up: float) -> dict[str, Any]:
-    """One repetition of one case: kill A, time B. Returns what happened."""
     run_id = uuid.uuid4().hex[:8]
-    topic, group = f"recovery-{case}-{run_id}", f"recovery-{case}-{run_id}"
-    conf = dict(CASES[case][1])
-    if case in STATIC_CASES:
-        conf["group.instance.id"] = f"member-{run_id}"
-    result: dict[str, Any] = {"case": case, "group": group}
-    create_topic(bootstrap, topic)
-    if case == "e":
-        from fastrebalance.testing import set_consumer_group_timeouts
-
-        took, why = set_consumer_group_timeouts(bootstrap, group, 6000)
-        if not took:
-            result["failure"] = f"group config not set: {why}"
-            return result
-    writer = Writer(bootstrap, topic, 200.0)
+    run = {
+        "topic": f"recovery-{run_id}",
+        "group": f"recovery-{run_id}",
+        "protocol": protocol,
+        "client": client,
+        "dir": tempfile.mkdtemp(prefix="recovery-"),
+    }
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    for f in admin.create_topics([NewTopic(run["topic"], PARTITIONS, 1)]).values():
+        f.result(30)
+    writer = Writer(args.bootstrap, run["topic"], args.rate)
     writer.start()
-    a_log: list[dict[str, Any]] = []
-    b_log: list[dict[str, Any]] = []
-    a = spawn("A", bootstrap, topic, group, conf, give_up + A_START_LIMIT_S)
+    a = Member(args, "A", run, 0.0)
     b: Member | None = None
+    result: dict[str, Any] = {"protocol": protocol, "client": client}
     try:
-        if a.wait_for("ready", time.monotonic() + A_START_LIMIT_S, a_log) is None:
-            result["failure"] = f"member A never got ready: {a_log[-3:]}"
-            return result
-        b = spawn("B", bootstrap, topic, group, conf, give_up)
-        if b.wait_for("waiting", time.monotonic() + A_START_LIMIT_S, b_log) is None:
-            result["failure"] = f"member B did not start: {b_log[-3:]}"
-            return result
+        deadline = time.monotonic() + 90
+        while len(a.processed()) == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(args.warmup)
         kill_t = time.time()
         os.kill(a.proc.pid, signal.SIGKILL)
-        assert b.proc.stdin is not None
-        b.proc.stdin.write(f"{kill_t!r}\n")
-        b.proc.stdin.flush()
+        b = Member(args, "B", run, kill_t)
         a.proc.wait()
-        until = time.monotonic() + give_up + 15  # B gives up by itself after give_up
-        sub = b.wait_for("subscribe", until, b_log)  # the first one: B's clock starts
-        after = b.wait_for("after_kill", until, b_log) if sub else None
-        b.wait_for("closed", time.monotonic() + 30, b_log)
-        if sub is None:
-            result["failure"] = f"member B never subscribed: {b_log[-3:]}"
-            return result
-        result["kill_to_subscribe"] = sub["t"] - kill_t
-        assigns = [ev for ev in b_log if ev["event"] == "assign" and ev["partitions"]]
-        if assigns:
-            result["assign"] = assigns[0]["t"] - sub["t"]
-        if after is not None:
-            result["first_after_kill"] = after["t"] - sub["t"]
-        fatals = [ev["t"] - sub["t"] for ev in b_log if ev["event"] == "fatal"]
-        if fatals:
-            result["fatal_errors"] = len(fatals)
-            result["first_fatal"] = fatals[0]
-            result["last_fatal"] = fatals[-1]
-        errors = sorted({ev["error"] for ev in b_log if ev["event"] == "error"})
-        if errors:
-            result["errors"] = errors
-        if after is None:
-            result["failure"] = f"no record after the kill within {give_up:.0f} s"
+        at_kill = watermarks(args.bootstrap, run["topic"])  # a few ms after: an upper bound
+        give_up = time.monotonic() + args.give_up
+        while time.monotonic() < give_up and b.first("fresh") is None:
+            time.sleep(0.2)
+        time.sleep(2.0)
+        writer.stop()
+        final = watermarks(args.bootstrap, run["topic"])
+        total = sum(final)
+        while time.monotonic() < give_up:
+            seen = {(p, o) for p, o, _ in a.processed() + b.processed()}
+            if len(seen) >= total:
+                break
+            time.sleep(1.0)
+        a_done = a.processed()
+        b_done = b.processed()
+        counts = Counter((p, o) for p, o, _ in a_done + b_done)
+        result["lost"] = sum(1 for p in range(PARTITIONS) for o in range(final[p])
+                             if (p, o) not in counts)  # fmt: skip
+        result["duplicates"] = sum(n - 1 for n in counts.values() if n > 1)
+        result["records"] = total
+        full = b.first("assign", lambda ev: len(ev["partitions"]) == PARTITIONS)
+        if full:
+            result["assigned"] = full["t"] - kill_t
+        fresh = b.first("fresh")
+        if fresh:
+            result["fresh"] = fresh["t"] - kill_t
+        after = b.first("after_kill")
+        if after:
+            result["after_kill"] = after["t"] - kill_t
+        if args.verbose:
+            result["events"] = [{**ev, "t": round(ev["t"] - kill_t, 3)} for ev in b.events]
+        imported = b.first("imported")
+        if imported:
+            result["startup"] = imported["t"] - kill_t
+        by_a = {(p, o) for p, o, _ in a_done}
+        backlog = [t for p, o, t in b_done if o < at_kill[p] and (p, o) not in by_a]
+        missing = any((p, o) not in counts for p in range(PARTITIONS) for o in range(at_kill[p]))
+        if backlog and not missing:
+            result["backlog_done"] = max(backlog) - kill_t
+            result["backlog"] = len({(p, o) for p, o, t in b_done if o < at_kill[p]} - by_a)
         return result
     finally:
         for m in (a, b):
-            if m is not None:
-                m.stop()
-        writer.stop()
+            if m is not None and m.proc.poll() is None:
+                m.proc.send_signal(signal.SIGTERM)
+                try:
+                    m.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    m.proc.kill()
+                    m.proc.wait()
+        if not writer.done.is_set():
+            writer.stop()
 
 
 def fmt(values: list[float]) -> str:
     if not values:
         return "-"
-    both = ", ".join(f"{v:.1f}" for v in values)
-    return f"{statistics.median(values):.1f} ({both})"
+    return f"{statistics.median(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:29292")
-    parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--cases", default="".join(CASES))
-    parser.add_argument("--give-up", type=float, default=120.0, help="seconds per case")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--protocols", default="classic,consumer")
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--rate", type=float, default=2000.0, help="records/s")
+    parser.add_argument("--work-us", type=float, default=200.0, help="CPU per record, us")
+    parser.add_argument("--warmup", type=float, default=8.0, help="A's seconds before the kill")
+    parser.add_argument("--give-up", type=float, default=150.0, help="seconds after the kill")
+    parser.add_argument("--verbose", action="store_true", help="B's events in each result")
     parser.add_argument("--member", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--role", choices=("A", "B"), help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
-    parser.add_argument("--group", help=argparse.SUPPRESS)
-    parser.add_argument("--conf", default="{}", help=argparse.SUPPRESS)
+    for name in ("topic", "group", "protocol", "client", "state-dir", "log"):
+        parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
+    parser.add_argument("--kill-t", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.member:
         run_member(args)
         return
-    rows: list[tuple[str, list[dict[str, Any]]]] = []
-    for case in args.cases:
-        runs = []
-        for rep in range(args.reps):
-            r = measure(case, args.bootstrap, args.give_up)
-            print(f"# {case} rep {rep + 1}: {json.dumps(r)}", flush=True)
-            runs.append(r)
-        rows.append((case, runs))
+    rows = []
+    for protocol in args.protocols.split(","):
+        for client in args.clients.split(","):
+            runs = []
+            for rep in range(args.reps):
+                r = measure(args, protocol, client)
+                print(f"# {protocol} {client} rep {rep + 1}: {json.dumps(r)}", flush=True)
+                runs.append(r)
+            rows.append((protocol, client, runs))
     print()
-    print("| case | setting | subscribe -> on_assign, s | subscribe -> first record "
-          "produced after the kill, s | notes |")  # fmt: skip
-    print("|---|---|---|---|---|")
-    for case, runs in rows:
-        assign = [r["assign"] for r in runs if "assign" in r]
-        after = [r["first_after_kill"] for r in runs if "first_after_kill" in r]
-        notes = sorted({r["failure"] for r in runs if "failure" in r})
-        notes += [
-            f"rep {i + 1}: {r['fatal_errors']} fatal errors, first {r['first_fatal']:.1f} s, "
-            f"last {r['last_fatal']:.1f} s after subscribe (consumer recreated 1 s after each)"
-            for i, r in enumerate(runs)
-            if "fatal_errors" in r
-        ]
-        print(f"| {case} | {CASES[case][0]} | {fmt(assign)} | {fmt(after)} | "
-              f"{'; '.join(notes)} |")  # fmt: skip
-    errors = sorted({e for _, runs in rows for r in runs for e in r.get("errors", [])})
-    for error in errors:
-        print(f"\nerror seen by member B: {error}")
-    gaps = [r["kill_to_subscribe"] for _, runs in rows for r in runs if "kill_to_subscribe" in r]
-    if gaps:
-        print(f"\nkill -> B's subscribe(): at most {max(gaps):.2f} s (B was started beforehand)")
+    print("| protocol | client | kill -> assigned, s | kill -> first record produced after "
+          "the kill, s | kill -> first fresh record, s | kill -> backlog done, s | lost "
+          "| duplicates |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for protocol, client, runs in rows:
+        keys = ("assigned", "after_kill", "fresh", "backlog_done")
+        cols = [fmt([r[k] for r in runs if k in r]) for k in keys]
+        lost = ", ".join(str(r.get("lost", "-")) for r in runs)
+        dups = ", ".join(str(r.get("duplicates", "-")) for r in runs)
+        print(f"| {protocol} | {CLIENTS[client]} | {' | '.join(cols)} | {lost} | {dups} |")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,10 @@ def spark_session() -> Any:
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("orders-job")
+        # a local master's executors are threads of this JVM: the driver's ports stay on
+        # loopback (Spark picks the host's network address otherwise)
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

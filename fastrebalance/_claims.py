@@ -11,15 +11,26 @@ timestamp seen so far, so it never goes back).
 Records (``ClaimRecord.kind``):
 
 * ``offer``: the owner of a partition (the member that planned its backlog) publishes
-  chunks ``[start, end)`` of it. A chunk is a *fact about the log*: those offsets were
-  pending when offered. A chunk already known is not offered twice.
+  chunks ``[start, end)`` of it, under the backlog's *lineage*. A chunk is a fact about
+  one lineage: those offsets were pending in it when offered. A chunk already known in
+  its lineage is not offered twice; offered under another lineage, it starts afresh (free,
+  not done): the offsets are pending again, in a backlog the old ``done`` says nothing of.
 * ``claim``: a member asks for a chunk. The first claim in log order of a chunk that is
   not done and has no live holder wins; any later claim of a held chunk loses.
 * ``hb``: the member is alive. Every record of a member counts as its heartbeat.
 * ``done``: the chunk's holder has processed and committed (in its own commit path) every
   record of the chunk. Accepted only from the chunk's holder (its last winning claimant,
   even if its claim expired meanwhile, as long as nobody claimed it since: it did do the
-  work). Once done, a chunk stays done.
+  work). Once done, a chunk stays done in its lineage (``done(t, p, lineage)`` never
+  shrinks).
+
+``claim``, ``done`` and ``release`` name the lineage they are about, and apply only to a
+chunk of that lineage: a record about an older incarnation of the chunk changes nothing.
+Why lineages: an operator's ``--reset-offsets``, a group deleted and made again under the
+same id, or any rewind makes the group read offsets it already read; the grid cuts them
+into the same chunks, and without lineages their old ``done`` records (retention: a day)
+were absorbed with nothing read (6,000 of 8,000 records never delivered after a reset to
+0, issue 48).
 * ``release``: the holder gives the chunk back (it cannot finish it); it is free again.
 * ``bye``: the member leaves cleanly; all its chunks are free again at once.
 
@@ -85,6 +96,8 @@ class ClaimRecord:
     topic: str = ""
     partition: int = -1
     chunks: tuple[tuple[int, int], ...] = ()
+    #: the backlog lineage the chunks belong to ("" in ``hb``/``bye``)
+    lineage: str = ""
 
 
 def encode_record(rec: ClaimRecord, scope: Scope) -> bytes:
@@ -101,6 +114,7 @@ def encode_record(rec: ClaimRecord, scope: Scope) -> bytes:
         doc["t"] = rec.topic
         doc["p"] = rec.partition
         doc["c"] = [list(c) for c in rec.chunks]
+        doc["l"] = rec.lineage
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -122,7 +136,13 @@ def decode_record(value: bytes | str | None, scope: Scope) -> ClaimRecord | None
         topic = doc.get("t", "")
         partition = doc.get("p", -1)
         raw = doc.get("c", [])
-        if not (isinstance(topic, str) and isinstance(partition, int) and isinstance(raw, list)):
+        lineage = doc.get("l", "")
+        if not (
+            isinstance(topic, str)
+            and isinstance(partition, int)
+            and isinstance(raw, list)
+            and isinstance(lineage, str)
+        ):
             return None
         chunks = []
         for c in raw:
@@ -138,7 +158,7 @@ def decode_record(value: bytes | str | None, scope: Scope) -> ClaimRecord | None
             return None
         if kind == "offer" and not topic:
             return None
-        return ClaimRecord(kind, member, topic, partition, tuple(chunks))
+        return ClaimRecord(kind, member, topic, partition, tuple(chunks), lineage)
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -159,10 +179,11 @@ def cut_chunks(ranges: Iterable[tuple[int, int]], size: int) -> list[tuple[int, 
 
 
 class _Chunk:
-    __slots__ = ("done_by", "holder", "owner")
+    __slots__ = ("done_by", "holder", "lineage", "owner")
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, lineage: str) -> None:
         self.owner = owner  #: the member that offered it (for reporting)
+        self.lineage = lineage  #: the backlog it was offered in
         self.holder: str | None = None  #: the last winning claimant, until done/released
         self.done_by: str | None = None
 
@@ -182,8 +203,10 @@ class ClaimsState:
         self.records = 0  #: records applied (understood or not)
         self._seen: dict[str, int] = {}  # member -> log time of its last record
         self._chunks: dict[ChunkKey, _Chunk] = {}  # in offer order
-        self._done: dict[tuple[str, int], RangeSet] = {}
-        self._known: dict[tuple[str, int], RangeSet] = {}  # every chunk ever offered
+        # (topic, partition, lineage) -> offsets of chunks done in that lineage
+        self._done: dict[tuple[str, int, str], RangeSet] = {}
+        # (topic, partition, lineage) -> offsets of every chunk ever offered in it
+        self._known: dict[tuple[str, int, str], RangeSet] = {}
 
     # -- feeding ---------------------------------------------------------------------------
     def apply(self, rec: ClaimRecord | None, timestamp_ms: int) -> None:
@@ -201,19 +224,24 @@ class ClaimsState:
                     held.holder = None
             return
         self._seen[m] = self.now_ms
+        lineage = rec.lineage
         if rec.kind == "offer":
-            part = (rec.topic, rec.partition)
+            part = (rec.topic, rec.partition, lineage)
             for s, e in rec.chunks:
                 key = (rec.topic, rec.partition, s, e)
-                if key not in self._chunks:
-                    self._chunks[key] = _Chunk(m)
+                old = self._chunks.get(key)
+                if old is None or old.lineage != lineage:
+                    # another lineage's chunk of the same offsets: replaced, afresh (its
+                    # holder, if any, has lost it; its done stays a fact of its lineage)
+                    self._chunks.pop(key, None)
+                    self._chunks[key] = _Chunk(m, lineage)
                     self._known.setdefault(part, RangeSet()).add(s, e)
             return
         if rec.kind == "hb" or not rec.chunks:
             return
         s, e = rec.chunks[0]
         chunk = self._chunks.get((rec.topic, rec.partition, s, e))
-        if chunk is None or chunk.done_by is not None:
+        if chunk is None or chunk.lineage != lineage or chunk.done_by is not None:
             return
         if rec.kind == "claim":
             if chunk.holder is None or chunk.holder == m or not self.live(chunk.holder):
@@ -221,7 +249,7 @@ class ClaimsState:
         elif rec.kind == "done":
             if chunk.holder == m:
                 chunk.done_by, chunk.holder = m, None
-                self._done.setdefault((rec.topic, rec.partition), RangeSet()).add(s, e)
+                self._done.setdefault((rec.topic, rec.partition, lineage), RangeSet()).add(s, e)
         elif rec.kind == "release" and chunk.holder == m:
             chunk.holder = None
 
@@ -247,6 +275,11 @@ class ClaimsState:
         member whose ``done`` would be accepted."""
         chunk = self._chunks.get(key)
         return chunk.holder if chunk is not None else None
+
+    def lineage(self, key: ChunkKey) -> str | None:
+        """The lineage the chunk was last offered in (None: unknown)."""
+        chunk = self._chunks.get(key)
+        return chunk.lineage if chunk is not None else None
 
     def is_done(self, key: ChunkKey) -> bool:
         chunk = self._chunks.get(key)
@@ -278,14 +311,24 @@ class ClaimsState:
         """Chunks not done yet (free or held)."""
         return sum(1 for c in self._chunks.values() if c.done_by is None)
 
-    def done(self, topic: str, partition: int) -> RangeSet:
-        """Offsets of the partition that some member processed and committed (a copy)."""
-        got = self._done.get((topic, partition))
+    def done(self, topic: str, partition: int, lineage: str) -> RangeSet:
+        """Offsets of the partition that some member processed and committed in
+        ``lineage`` (a copy): nothing for another lineage's backlog, nothing for ""."""
+        got = self._done.get((topic, partition, lineage)) if lineage else None
         return got.copy() if got is not None else RangeSet()
 
-    def known(self, topic: str, partition: int) -> RangeSet:
-        """Offsets covered by any chunk ever offered for the partition (a copy)."""
-        got = self._known.get((topic, partition))
+    def done_lineages(self, topic: str, partition: int) -> dict[str, RangeSet]:
+        """Per lineage, the partition's done offsets (copies)."""
+        return {
+            lin: got.copy()
+            for (t, p, lin), got in self._done.items()
+            if (t, p) == (topic, partition) and lin
+        }
+
+    def known(self, topic: str, partition: int, lineage: str) -> RangeSet:
+        """Offsets covered by any chunk ever offered for the partition in ``lineage``
+        (a copy)."""
+        got = self._known.get((topic, partition, lineage))
         return got.copy() if got is not None else RangeSet()
 
     def holdings(self) -> list[tuple[ChunkKey, str | None, bool]]:
@@ -302,6 +345,6 @@ class ClaimsState:
             self.now_ms,
             self.records,
             tuple(sorted(self._seen.items())),
-            tuple((k, c.owner, c.holder, c.done_by) for k, c in self._chunks.items()),
+            tuple((k, c.owner, c.lineage, c.holder, c.done_by) for k, c in self._chunks.items()),
             tuple(sorted((k, v.as_tuple()) for k, v in self._done.items())),
         )

@@ -9,9 +9,11 @@ leave its user without the latency they configured for.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -37,8 +39,12 @@ GROUP_KEY = "parallel.rebalance.group.catchup"
 CLAIM_TIMEOUT_KEY = "parallel.rebalance.group.claim.timeout.ms"
 CHUNK_KEY = "parallel.rebalance.group.chunk.records"
 CLAIMS_TOPIC_KEY = "parallel.rebalance.group.claims.topic"
+REMOVE_DEAD_KEY = "parallel.rebalance.remove.dead.members"
+STATE_DIR_KEY = "parallel.rebalance.state.dir"
 UNCOMMITTED_KEY = "parallel.rebalance.catchup.uncommitted"
 _PREFIX = "parallel.rebalance."
+
+log = logging.getLogger("fastrebalance.consumer")
 
 #: A member's chunks are free again this long (log time) after its last record in the
 #: claims log: a dead member's backlog is read again after at most about this long.
@@ -81,6 +87,7 @@ def default_claims_topic(group_id: str) -> str:
     digest = hashlib.sha256(group_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     keep = _TOPIC_MAX - len(CLAIMS_TOPIC_SUFFIX) - len(digest) - 2
     return f"{written[:keep]}-h{digest}{CLAIMS_TOPIC_SUFFIX}"
+
 
 #: Catch-up starts when log end - committed exceeds this many records. Below ~1000
 #: records replaying costs milliseconds at Kafka speeds, while a catch-up costs a
@@ -126,6 +133,17 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
         f"<group.id>{CLAIMS_TOPIC_SUFFIX}",
         "a topic name (ASCII letters, digits, '.', '_', '-'; at most 249), the same for every "
         "member of the group; it may be shared with other groups",
+    ),
+    REMOVE_DEAD_KEY: (
+        "true",
+        "true or false: at subscribe(), members of this group whose process died on this "
+        "host (their state-file lock is free) are removed from the group, so that their "
+        "partitions move at once instead of after the session timeout",
+    ),
+    STATE_DIR_KEY: (
+        "~/.local/state/fastrebalance",
+        "a directory this process can create files in and lock (a local file system; "
+        "shared by the processes that replace one another, e.g. a pod's volume)",
     ),
 }
 
@@ -191,6 +209,8 @@ class ParallelConfig:
     claim_timeout_ms: int = DEFAULT_CLAIM_TIMEOUT_MS
     chunk_records: int = DEFAULT_CHUNK_RECORDS
     claims_topic: str = ""
+    #: the membership state directory; None: dead members are not removed at subscribe()
+    state_dir: Path | None = None
     #: a partition with no committed offset and auto.offset.reset=earliest catches up on
     #: [log start, log end) (``_planning.plan_assignment``)
     catch_up_uncommitted: bool = True
@@ -291,6 +311,8 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     )
     chunk = _int(CHUNK_KEY, rest.pop(CHUNK_KEY, DEFAULT_CHUNK_RECORDS), 100, 100_000_000)
     claims_topic = rest.pop(CLAIMS_TOPIC_KEY, None)
+    remove_dead = _bool(REMOVE_DEAD_KEY, rest.pop(REMOVE_DEAD_KEY, True))
+    state_dir_value = rest.pop(STATE_DIR_KEY, None)
     uncommitted = _bool(UNCOMMITTED_KEY, rest.pop(UNCOMMITTED_KEY, True))
     group_id = rest.get("group.id")
     if group_catchup and not enabled:
@@ -367,12 +389,43 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
         claim_timeout_ms=claim_timeout,
         chunk_records=chunk,
         claims_topic=str(claims_topic) if group_catchup else "",
+        state_dir=_state_dir(state_dir_value) if remove_dead else None,
         catch_up_uncommitted=uncommitted,
     )
     # librdkafka's auto-commit would store the primary's position, past the backlog:
     # we commit ourselves, on the same schedule, with the safe offset and a token.
     rest["enable.auto.commit"] = False
     return settings, rest
+
+
+def _state_dir(value: Any) -> Path | None:
+    """The state directory, created and proven writable. One the user named is refused
+    when it is not; the default one only turns the removal off, with a warning: the
+    feature is on by default, and a read-only home (a locked-down container) must not make
+    a consumer that worked before refuse to start."""
+    if value is not None and (not isinstance(value, str | Path) or not str(value).strip()):
+        raise _refused(
+            f"{STATE_DIR_KEY}={value!r} is invalid: expected {CONFIG_KEYS[STATE_DIR_KEY][1]}"
+        )
+    from ._membership import default_state_dir, prepare_dir  # the mode's own, not plain's
+
+    path = Path(value).expanduser() if value is not None else default_state_dir()
+    try:
+        prepare_dir(path)
+    except OSError as exc:
+        if value is not None:
+            raise _refused(
+                f"{STATE_DIR_KEY}={str(value)!r} cannot be used: {exc.strerror or exc} "
+                f"({type(exc).__name__}). Give a directory this process can write and lock, "
+                f"or set {REMOVE_DEAD_KEY}=false"
+            ) from None
+        log.warning(
+            "the membership state directory %s cannot be used (%s): dead members will not be "
+            "removed at start (set %s to a writable directory)",
+            path, exc, STATE_DIR_KEY,
+        )  # fmt: skip
+        return None
+    return path
 
 
 def _reset_offset(policy: Any) -> int:

@@ -47,9 +47,9 @@ from ._committing import Committer, plain_abort, plain_send_offsets
 from ._config import ParallelConfig, child_config, split_config
 from ._delivery import Delivery, hot_consume, hot_poll
 from ._groupcatchup import GroupCatchup
-from ._partitions import Key, Partitions
+from ._partitions import Partitions
 from ._planner import Planner
-from ._reporting import CatchupStatus, Reporter
+from ._reporting import CatchupStatus, CatchupStatuses, Reporter
 
 __all__ = ["CatchupStatus", "Consumer"]
 
@@ -154,6 +154,11 @@ class Consumer:
             conf.get("error_cb"),
             user_on_commit,
         )
+        # dead members of this group on this host, removed at subscribe() (imported here:
+        # a plain-mode consumer never needs it)
+        from ._recovery import Recovery
+
+        self._recovery = reporter.recovery = Recovery.make(self._settings, primary_conf)
         settings = self._settings
         self._planner = planner = Planner(
             self._primary,
@@ -225,10 +230,11 @@ class Consumer:
 
     childConsumerIsAlive = child_consumer_is_alive
 
-    def catchup_status(self) -> dict[Key, CatchupStatus]:
-        """Per assigned (topic, partition) with a backlog: ranges, child progress."""
+    def catchup_status(self) -> CatchupStatuses:
+        """Per assigned (topic, partition) with a backlog: ranges, child progress; and
+        ``removed_members``, the dead members of the group removed at subscribe()."""
         if self._child is None:
-            return {}
+            return CatchupStatuses()
         return self._reporter.catchup_status()
 
     def catchup_metrics(self) -> dict[str, Any]:
@@ -283,9 +289,16 @@ class Consumer:
                 # topic it no longer reads is processed, by the auto-commit's contract
                 self._committer.commit_helped()
             self._group.subscribed(topics)
+        recovery = self._recovery
+        on_assign = a.on_assign
+        if recovery is not None:
+            recovery.before_subscribe()
+            on_assign = recovery.wrap(on_assign, self._primary.memberid)
         self._primary.subscribe(
-            topics, on_assign=a.on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
+            topics, on_assign=on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
         )
+        if recovery is not None:
+            recovery.after_subscribe()
 
     def _relay(self, cb: RebalanceCallback) -> RebalanceCallback:
         return lambda _handle, partitions: cb(self, partitions)
@@ -620,8 +633,10 @@ class Consumer:
             finally:
                 child.close()
 
+        left = False
         try:
             call_bounded(shutdown, 2 * self._commit_timeout_s, "close()")
+            left = True
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._TIMED_OUT:
                 raise
@@ -634,5 +649,8 @@ class Consumer:
             if self._group is not None and self._group.orphans:
                 # out of the group now: done chunks of partitions no member owns (_orphans)
                 self._group.absorb_orphans(min(5.0, self._commit_timeout_s))
+        finally:
+            if self._recovery is not None:  # still in the group unless it left: stays dead
+                self._recovery.close(left)
         if error is not None:
             raise error

@@ -23,6 +23,16 @@ the chunk's holder sends, after its application committed every offset of the ch
 member that dies stops heartbeating: its chunks become free after the claim timeout (log
 time) and are claimed and read again (records delivered twice only after a crash).
 
+Lineage: a *done* is true of the backlog it was written for, not of the same offsets read
+again later (an operator's reset to the earliest offset, a group made again under the same
+id: the grid cuts them into the same chunks). So every backlog has a lineage, a random name
+the owner draws when its plan made offsets pending that the group's token did not hold
+(``_planning``), carried by the group's token (``~fr2``) to the next owner, and by every
+offer, claim, done and release. An owner absorbs only its own lineage's done chunks, and
+an offer in a new lineage starts a chunk afresh. The cost: a new lineage reads again the
+chunks done but not yet absorbed, and takes over the chunks in flight (after a crash that
+left a new backlog above the old one): records delivered twice, never skipped.
+
 Thread ownership: everything here, and the claims log's handles (``_claimslog``), belongs
 to the thread that calls the facade (the user's thread), like the primary and the child.
 """
@@ -71,6 +81,9 @@ PREFETCH = 2
 PREFETCH_RECORDS = 5_000
 #: A claim not seen back in the log after this long is given up (its record was lost).
 _CLAIM_GIVE_UP_S = 10.0
+#: A group commit carrying a new lineage not confirmed after this long is written again.
+_ANNOUNCE_RETRY_S = 5.0
+_ANNOUNCE_GIVE_UP_S = 15.0
 #: Chunks per offer record.
 _OFFER_BATCH = 200
 #: Chunks among which a claim picks at random (members picking the same chunk race).
@@ -123,11 +136,24 @@ class GroupCatchup:
         self._hb_every_s = settings.claim_timeout_ms / 3000.0
         self._helped: dict[Key, _Helped] = {}
         self._held: set[ChunkKey] = set()
+        #: the lineage each held chunk was won in: its done and release name it
+        self._held_lineage: dict[ChunkKey, str] = {}
         self._claiming: ChunkKey | None = None
         self._claim_sent_at = 0.0
         self._owned: dict[Key, Ledger] = {}
-        self._offering: dict[Key, RangeSet] = {}
+        #: per owned partition: the lineage and the ranges offered in it, not read back yet
+        self._offering: dict[Key, tuple[str, RangeSet]] = {}
         self._absorb_due = False
+        #: owned partitions whose lineage was just drawn: the group's token carries it
+        #: (``write_group``) before their chunks are offered, so that the next owner (a
+        #: rebalance moved the partition, this member crashed) inherits it and with it the
+        #: chunks done meanwhile, rather than offering them all again in a lineage of its
+        #: own (3 members then read 44,000-53,000 records of a 30,000 backlog: a rebalance
+        #: moved it before the first commit)
+        self._announce: set[Key] = set()
+        #: ... written, not yet confirmed by the broker (``group_committed``): when first
+        #: and last written
+        self._announced: dict[Key, tuple[float, float]] = {}
         self._last_sent = 0.0
         self._next_tick = 0.0
         self._start_at = 0.0
@@ -151,12 +177,12 @@ class GroupCatchup:
         self._handed_back: set[ChunkKey] = set()
         #: chunks offered by this tick: claimable at once (the log takes the claim after
         #: the offer: it wins), not a round trip later, once the offer is read back
-        self._offered_now: list[ChunkKey] = []
+        self._offered_now: list[tuple[ChunkKey, str]] = []
         #: partitions this member declared chunks of done (as a helper)
         self._done_sent: set[Key] = set()
-        #: at close(): the done pieces of partitions this member helped with but did not
-        #: own, for ``absorb_orphans`` once it has left the group
-        self.orphans: dict[Key, list[tuple[int, int]]] = {}
+        #: at close(): the done pieces, per lineage, of partitions this member helped with
+        #: but did not own, for ``absorb_orphans`` once it has left the group
+        self.orphans: dict[Key, dict[str, list[tuple[int, int]]]] = {}
         #: writes the group's offset and token of partitions whose ledger a done changed
         self.write_group: Callable[[list[Key]], None] = lambda keys: None
         #: hands owned partitions to this member's child, to read their backlogs alone
@@ -204,8 +230,10 @@ class GroupCatchup:
             self.read_alone([key for key, _ in work])
             return
         for key, ledger in work:
+            if not ledger.lineage:
+                _lineage(ledger)
+                self._announce.add(key)
             self._owned[key] = ledger
-            self._offering.setdefault(key, RangeSet())
             self._absorb_due = True
         self._next_tick = 0.0
 
@@ -215,6 +243,8 @@ class GroupCatchup:
         for k in keys:
             self._owned.pop(k, None)
             self._offering.pop(k, None)
+            self._announce.discard(k)
+            self._announced.pop(k, None)
 
     def _absorb(self) -> None:
         """Done chunks leave the owners' ledgers; the group's offset moves past them."""
@@ -223,7 +253,7 @@ class GroupCatchup:
         for key, ledger in self._owned.items():
             if not ledger.ranges or ledger.position is None:
                 continue
-            done = self._state.done(*key)
+            done = self._state.done(*key, ledger.lineage)
             hit = False
             for s, e in done:
                 if e <= ledger.position and ledger.ranges.last_overlapping(s, e) is not None:
@@ -235,11 +265,49 @@ class GroupCatchup:
         if changed:
             self.write_group(changed)
 
+    def _announce_lineages(self, now: float) -> None:
+        """Write the group's token of partitions with a new lineage; again if the broker
+        has not confirmed it within ``_ANNOUNCE_RETRY_S`` (a write lost in a rebalance).
+        Past ``_ANNOUNCE_GIVE_UP_S`` the chunks are offered all the same: safe, only a
+        next owner that does not find the lineage reads them again."""
+        for k, (first, _) in list(self._announced.items()):
+            if now - first > _ANNOUNCE_GIVE_UP_S:
+                del self._announced[k]
+                log.info("%s [%d]: the group's commit of a new backlog lineage was not "
+                         "confirmed: offering its chunks all the same", *k)  # fmt: skip
+        again = [k for k, (_, last) in self._announced.items() if now - last > _ANNOUNCE_RETRY_S]
+        new = [k for k in self._announce if k in self._owned]
+        self._announce.clear()
+        if not again and not new:
+            return
+        for k in new:
+            self._announced[k] = (now, now)
+        for k in again:
+            self._announced[k] = (self._announced[k][0], now)
+        self.write_group(sorted({*again, *new}))
+
+    def group_committed(self, keys: Iterable[Key]) -> None:
+        """The broker took a group commit of these partitions (librdkafka's on_commit):
+        it carried their ledgers' lineage, so their chunks may be offered now."""
+        for k in keys:
+            if self._announced.pop(k, None) is not None:
+                self._next_tick = 0.0
+
     def _offer(self) -> None:
         """Offer what each owned ledger holds pending that no chunk covers yet."""
         for key, ledger in self._owned.items():
-            offering = self._offering.setdefault(key, RangeSet())
-            known = self._state.known(*key)
+            if not ledger.lineage:  # rewound since: a new lineage, announced first
+                _lineage(ledger)
+                self._announce.add(key)
+                continue
+            if key in self._announce or key in self._announced:
+                continue  # not in the group's token yet
+            lineage = ledger.lineage
+            was = self._offering.get(key)
+            if was is None or was[0] != lineage:
+                was = self._offering[key] = (lineage, RangeSet())
+            offering = was[1]
+            known = self._state.known(*key, lineage)
             for s, e in known:
                 offering.remove(s, e)
             if not ledger.ranges:
@@ -254,10 +322,10 @@ class GroupCatchup:
             chunks = cut_chunks(todo, self._chunk)
             for i in range(0, len(chunks), _OFFER_BATCH):
                 batch = tuple(chunks[i : i + _OFFER_BATCH])
-                self._send(ClaimRecord("offer", self.member, key[0], key[1], batch))
+                self._send(ClaimRecord("offer", self.member, key[0], key[1], batch, lineage))
             for s, e in chunks:
                 offering.add(s, e)
-                self._offered_now.append((key[0], key[1], s, e))
+                self._offered_now.append(((key[0], key[1], s, e), lineage))
             self.chunks_offered += len(chunks)
             log.info("%s [%d]: offered %d chunks of its backlog to the group", *key, len(chunks))
 
@@ -306,6 +374,7 @@ class GroupCatchup:
         self._check_lost()
         if self._absorb_due:
             self._absorb()
+        self._announce_lineages(now)
         self._offer()
         self._advance_reading()
         self._finish_tails()
@@ -355,6 +424,8 @@ class GroupCatchup:
         owned = list(self._owned)
         self._owned.clear()
         self._offering.clear()
+        self._announce.clear()
+        self._announced.clear()
         if self._log.started:
             self._log.close(1.0)
         if owned:
@@ -426,15 +497,26 @@ class GroupCatchup:
                     key = (rec.topic, rec.partition, *rec.chunks[0])
                     if key in self._handed_back:
                         continue  # its done follows: nothing to read
-                    won = state.last_holder(key) == self.member and key not in self._held
-                    if won and not (self.helping and self._reads(key[0])):
-                        # unsubscribed, or a subscription that left the topic, since
-                        self._send(ClaimRecord("release", self.member, *key[:2], (key[2:],)))
+                    won = (
+                        state.last_holder(key) == self.member
+                        and state.lineage(key) == rec.lineage
+                        and key not in self._held
+                    )
+                    if won and (
+                        not (self.helping and self._reads(key[0])) or self._overlaps_held(key)
+                    ):
+                        # unsubscribed, or a subscription that left the topic, since; or
+                        # another lineage's chunk of offsets this member reads already
+                        # (holding both, one's commits would finish the other)
+                        self._send(
+                            ClaimRecord("release", self.member, *key[:2], (key[2:],), rec.lineage)
+                        )
+                        won = False
                     elif won:
                         # also a claim given up on (_CLAIM_GIVE_UP_S) that the log took
                         # after all: the log names this member, so it must read the chunk
                         # (ignored, it stayed held for ever by a live member: repro/r09)
-                        self._won(key)
+                        self._won(key, rec.lineage)
                     if key == self._claiming:
                         self._claiming = None
                         if not won:
@@ -447,16 +529,20 @@ class GroupCatchup:
         self._last_sent = time.monotonic()
 
     # -- the helper's part ----------------------------------------------------------------------
-    def _won(self, ck: ChunkKey) -> None:
+    def _overlaps_held(self, ck: ChunkKey) -> bool:
+        return any(h[:2] == ck[:2] and h[2] < ck[3] and ck[2] < h[3] for h in self._held if h != ck)
+
+    def _won(self, ck: ChunkKey, lineage: str) -> None:
         key: Key = (ck[0], ck[1])
         h = self._helped.get(key)
         if h is None:
             h = self._helped[key] = _Helped()
         self._held.add(ck)
+        self._held_lineage[ck] = lineage
         h.ledger.ranges.add(ck[2], ck[3])
-        # offsets some member already processed (a member that closed mid-chunk handed
-        # back what it committed: _hand_back) are not read again
-        for s, e in self._state.done(*key):
+        # offsets some member already processed in this lineage (a member that closed
+        # mid-chunk handed back what it committed: _hand_back) are not read again
+        for s, e in self._state.done(*key, lineage):
             if s < ck[3] and e > ck[2]:
                 h.ledger.ranges.remove(max(s, ck[2]), min(e, ck[3]))
         h.queue.append(ck)
@@ -481,7 +567,8 @@ class GroupCatchup:
             self._hand_back(chunks)
         for ck in chunks:
             if self._log.started and self.unusable is None:
-                self._send(ClaimRecord("release", self.member, ck[0], ck[1], (ck[2:],)))
+                lineage = self._held_lineage.get(ck, "")
+                self._send(ClaimRecord("release", self.member, *ck[:2], (ck[2:],), lineage))
             self._drop(ck, f"given back: {why}", lost=False)
 
     def seek_back(self, key: Key, offset: int) -> bool:
@@ -502,6 +589,7 @@ class GroupCatchup:
         key: Key = (ck[0], ck[1])
         h = self._helped[key]
         self._held.discard(ck)
+        self._held_lineage.pop(ck, None)
         if ck in h.queue:
             h.queue.remove(ck)
         if ck in h.chain:
@@ -514,9 +602,13 @@ class GroupCatchup:
 
     def _check_lost(self) -> None:
         """Chunks another member claimed after this one's claim expired (this member was
-        too slow to heartbeat): stop reading them; that member reads them again."""
+        too slow to heartbeat): stop reading them; that member reads them again. Likewise
+        a chunk offered again in another lineage (a new backlog of the same offsets): what
+        this member committed of it belongs to the old one."""
         for ck in list(self._held):
-            if self._state.last_holder(ck) != self.member:
+            if self._state.lineage(ck) != self._held_lineage.get(ck):
+                self._drop(ck, "offered again in a new backlog lineage")
+            elif self._state.last_holder(ck) != self.member:
                 self._drop(ck, "claimed by another member after this member's claim expired")
 
     def _mark_read(self, key: Key, h: _Helped) -> None:
@@ -604,7 +696,11 @@ class GroupCatchup:
             self._publish_done(key)
 
     def _maybe_claim(self, now: float) -> None:
-        offered, self._offered_now = self._offered_now, []
+        offered_now, self._offered_now = self._offered_now, []
+        # the lineage each claim names: that of this member's offer just sent (the log
+        # takes it first), else the one the log holds
+        offered_in = dict(offered_now)
+        offered = list(offered_in)
         if self._claiming is not None or not self.helping:
             return
         # a partition the application paused reads nothing: its chunks are no work ahead,
@@ -618,7 +714,10 @@ class GroupCatchup:
         free = [
             ck
             for ck in [*self._state.free(), *offered]
-            if ck not in self._held and not paused(ck[:2]) and self._reads(ck[0])
+            if ck not in self._held
+            and not paused(ck[:2])
+            and self._reads(ck[0])
+            and not self._overlaps_held(ck)
         ]
         if not free:
             return
@@ -626,7 +725,10 @@ class GroupCatchup:
         log.debug("claim %s", ck)
         self._claiming = ck
         self._claim_sent_at = now
-        self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],)))
+        lineage = offered_in.get(ck)
+        if lineage is None:
+            lineage = self._state.lineage(ck) or ""
+        self._send(ClaimRecord("claim", self.member, ck[0], ck[1], (ck[2:],), lineage))
 
     def _pick(self, free: list[ChunkKey], offered: list[ChunkKey]) -> ChunkKey:
         """Which free chunk to claim.
@@ -679,8 +781,9 @@ class GroupCatchup:
                 continue
             if h.ledger.ranges.last_overlapping(ck[2], ck[3]) is None:
                 self._held.discard(ck)
+                lineage = self._held_lineage.pop(ck, "")
                 h.runs.pop(ck, None)
-                self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],)))
+                self._send(ClaimRecord("done", self.member, ck[0], ck[1], (ck[2:],), lineage))
                 self._done_sent.add(key)
                 log.debug("done %s", ck)
                 self.chunks_done += 1
@@ -699,8 +802,11 @@ class GroupCatchup:
         rest = []
         for m in messages:
             topic, partition, offset = m.topic(), m.partition(), m.offset()
-            if m.error() is None and topic is not None and partition is not None and (
-                offset is not None and self.holds((topic, partition), offset)
+            if (
+                m.error() is None
+                and topic is not None
+                and partition is not None
+                and (offset is not None and self.holds((topic, partition), offset))
             ):
                 key = (topic, partition)
                 mine.setdefault(key, []).extend(_stream_claims(self._helped[key], offset))
@@ -816,7 +922,10 @@ class GroupCatchup:
             self._log.send(ClaimRecord("bye", self.member))
             helped = self._done_sent - self._owned.keys()
             if helped and self._read_to_end(timeout_s):
-                self.orphans = {k: list(self._state.done(*k)) for k in sorted(helped)}
+                self.orphans = {
+                    k: {lin: list(done) for lin, done in self._state.done_lineages(*k).items()}
+                    for k in sorted(helped)
+                }
         self._log.close(timeout_s)
 
     def absorb_orphans(self, timeout_s: float) -> None:
@@ -847,16 +956,26 @@ class GroupCatchup:
                 committed.remove(s, e)
             if not committed or not pending:
                 continue  # nothing committed, or all of it (done already sent)
+            lin = self._held_lineage.get(ck, "")
+            if self._state.lineage(ck) != lin:
+                continue  # offered again in another lineage: what was committed is the old one's
             pieces = tuple(committed)
-            self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces))
+            self._log.send(ClaimRecord("offer", self.member, ck[0], ck[1], pieces, lin))
             self._done_sent.add((ck[0], ck[1]))
             for piece in pieces:
                 self._handed_back.add((ck[0], ck[1], *piece))
-                self._log.send(ClaimRecord("claim", self.member, ck[0], ck[1], (piece,)))
-                self._log.send(ClaimRecord("done", self.member, ck[0], ck[1], (piece,)))
+                self._log.send(ClaimRecord("claim", self.member, *ck[:2], (piece,), lin))
+                self._log.send(ClaimRecord("done", self.member, *ck[:2], (piece,), lin))
             log.info("%s [%d] chunk [%d, %d): handed back %d committed offsets",
                      *ck, committed.count())  # fmt: skip
 
+
+def _lineage(ledger: Ledger) -> str:
+    """The owned ledger's backlog lineage, drawn afresh where it has none (a plan that made
+    new offsets pending, a rewind): the group's next commit carries it to the next owner."""
+    if not ledger.lineage:
+        ledger.lineage = uuid.uuid4().hex[:16]
+    return ledger.lineage
 
 
 def _unclaimed(h: _Helped, handed: Iterable[tuple[int, int]]) -> list[Claim]:

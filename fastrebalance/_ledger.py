@@ -15,6 +15,13 @@ commit API; see ``_routing``). Every other operation only *adds* offsets to ``U`
 the set (``split_at()``). Processed is a fact that never becomes false, so every
 ``(safe offset, token)`` pair ever written from a ledger is true when it lands, however
 late, and a stale one only claims less.
+
+``lineage`` (group-wide catch-up) names the incarnation of the backlog: the claims log's
+``done`` records are facts about offsets *of one lineage*, and an owner absorbs only its
+own lineage's. It is kept while ``U`` only shrinks or keeps its offsets (``claim()``,
+coalescing) and dropped ("" : a new one is drawn before anything is offered) when offsets
+already processed become unprocessed again (``rewind()``): a ``done`` of the old lineage
+may name them, and it is no longer true of them.
 """
 
 from __future__ import annotations
@@ -31,17 +38,23 @@ class Ledger:
     Owned by the thread that calls the facade (the user's thread), like the handles.
     """
 
-    __slots__ = ("position", "ranges")
+    __slots__ = ("lineage", "position", "ranges")
 
-    def __init__(self, position: int | None = None, ranges: RangeSet | None = None) -> None:
+    def __init__(
+        self, position: int | None = None, ranges: RangeSet | None = None, lineage: str = ""
+    ) -> None:
         self.position = position
         self.ranges = ranges if ranges is not None else RangeSet()
+        self.lineage = lineage
 
     def __repr__(self) -> str:
-        return f"Ledger(position={self.position}, ranges={self.ranges.as_tuple()})"
+        return (
+            f"Ledger(position={self.position}, ranges={self.ranges.as_tuple()}, "
+            f"lineage={self.lineage!r})"
+        )
 
     def copy(self) -> Ledger:
-        return Ledger(self.position, self.ranges.copy())
+        return Ledger(self.position, self.ranges.copy(), self.lineage)
 
     @property
     def safe_offset(self) -> int | None:
@@ -89,6 +102,7 @@ class Ledger:
         elif offset < self.position:
             self.ranges.truncate_from(offset)
             self.position = offset
+            self.lineage = ""  # processed offsets are unprocessed again: a new backlog
 
     def pend(self, ranges: RangeSet) -> None:
         """Replace the backlog by a superset of it (coalescing to fit the token):
@@ -118,4 +132,4 @@ class Ledger:
         (the application's own metadata looks like a token and must be wrapped)."""
         if self.position is None or (not self.ranges and not force):
             return None
-        return GroupToken(self.position, self.ranges.as_tuple(), user_metadata)
+        return GroupToken(self.position, self.ranges.as_tuple(), user_metadata, self.lineage)

@@ -13,9 +13,11 @@ outside the group (no member id, no generation): Apache Kafka accepts such a com
 while the group has no member (classic and consumer protocol alike), i.e. when nobody
 else could be writing the partition. Otherwise the broker refuses it, and the member that
 owns the partition (or will) absorbs the done chunks as usual. The write is a true
-statement: the group's last token, minus chunks the claims log says are done; the worst a
-race with a member joining meanwhile can do is write an offset lower than that member's
-(records read again), never one past an unprocessed record.
+statement: the group's last token, minus chunks the claims log says are done *in the
+token's lineage* (a done of another lineage is about an earlier reading of those offsets,
+see ``_groupcatchup``); the worst a race with a member joining meanwhile can do is write an
+offset lower than that member's (records read again), never one past an unprocessed
+record.
 
 Thread ownership: the short-lived consumer here is made, used and closed by the thread
 that calls ``close()`` (the user's).
@@ -52,16 +54,20 @@ _GROUP_HAS_MEMBERS = frozenset(
 
 
 def orphan_write(
-    offset: int, metadata: str | None, done: Iterable[tuple[int, int]], max_bytes: int
+    offset: int,
+    metadata: str | None,
+    done: Mapping[str, Iterable[tuple[int, int]]],
+    max_bytes: int,
 ) -> GroupWrite | None:
-    """The group's commit of a partition once ``done`` pieces leave its token's pending
-    ranges (as the owner's absorb does); None when none of them is pending there."""
+    """The group's commit of a partition once the ``done`` pieces of its token's lineage
+    (``done``: per lineage) leave its pending ranges (as the owner's absorb does); None
+    when none of them is pending there."""
     restored = restore(offset, metadata)
     ledger = restored.ledger()
-    if ledger.position is None or not ledger.ranges:
+    if ledger.position is None or not ledger.ranges or not ledger.lineage:
         return None
     before = ledger.ranges.count()
-    for s, e in done:
+    for s, e in done.get(ledger.lineage, ()):
         if e <= ledger.position:
             ledger.ranges.remove(s, e)
     if ledger.ranges.count() == before:
@@ -71,7 +77,7 @@ def orphan_write(
 
 def absorb_orphans(
     conf: Mapping[str, Any],
-    orphans: Mapping[Key, list[tuple[int, int]]],
+    orphans: Mapping[Key, Mapping[str, list[tuple[int, int]]]],
     max_bytes: int,
     timeout_s: float,
 ) -> int:

@@ -48,13 +48,14 @@ class Restored:
     ranges: RangeSet = field(default_factory=RangeSet)
     user_metadata: str | None = None  #: the application's; None: none (not even "")
     problem: str | None = None  #: why a token was ignored (to log once)
+    lineage: str = ""  #: the token's backlog lineage (group-wide catch-up)
 
     @property
     def safe_offset(self) -> int | None:
         return self.ledger().safe_offset
 
     def ledger(self) -> Ledger:
-        return Ledger(self.position, self.ranges.copy())
+        return Ledger(self.position, self.ranges.copy(), self.lineage)
 
 
 def restore(
@@ -95,7 +96,7 @@ def restore(
         cp, problem = None, f"ignored child checkpoint: {exc}"
     if cp is not None and checkpoint_applies(cp, ranges):
         ranges.remove(cp.start, cp.offset)
-    return Restored(token.position, ranges, token.user_metadata, problem)
+    return Restored(token.position, ranges, token.user_metadata, problem, token.lineage)
 
 
 def checkpoint_applies(cp: ChildCheckpoint, ranges: RangeSet) -> bool:
@@ -222,6 +223,14 @@ def plan_assignment(
         start = requested
         floor = min(run_start, position)
     deleted = tuple(ledger.drop_below(low)) if low > 0 else ()
+    # The ledger keeps the token's backlog lineage (group-wide catch-up), a range added or
+    # not: a done record of that lineage is a fact about these very records, since
+    # everything that makes processed offsets unprocessed again ends the lineage (an
+    # operator's reset drops or moves the token, a rewind commit writes none, a rewind in
+    # memory clears it, a group or topic deleted takes the token with it). Dropping it
+    # whenever a range was added would start a new lineage at every owner change under
+    # load (fresh records make a new range), and every chunk in flight or done but not
+    # absorbed yet would be read again.
     return Plan(start, ledger, floor, run_start, deleted, added, declined)
 
 

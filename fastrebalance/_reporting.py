@@ -23,7 +23,7 @@ from ._config import ParallelConfig
 from ._partitions import Key, Partitions
 from ._token import is_ours
 
-__all__ = ["CatchupStatus", "Reporter"]
+__all__ = ["CatchupStatus", "CatchupStatuses", "Reporter"]
 
 log = logging.getLogger("fastrebalance.consumer")
 
@@ -58,6 +58,16 @@ class CatchupStatus:
     #: the partition not done yet, as the claims log says
     chunks: tuple[tuple[int, int, str | None, bool], ...] = ()
     assigned: bool = True
+
+
+class CatchupStatuses(dict[Key, CatchupStatus]):
+    """What ``catchup_status()`` returns: the per-partition statuses (a plain dict of
+    them, as before), plus ``removed_members``: each dead member of this group that this
+    consumer handled at ``subscribe()`` (member id, ``group.instance.id``, protocol, pid
+    and host of its dead process, ``result``: removed / gone / replaced / failed,
+    ``at``: when, epoch seconds; ``error`` for a failure)."""
+
+    removed_members: tuple[dict[str, Any], ...] = ()
 
 
 class Reporter:
@@ -97,14 +107,18 @@ class Reporter:
         self.last_plan: dict[str, Any] | None = None
         #: group-wide catch-up, when on (its status joins the metrics)
         self.group: Any = None
+        #: the removal of dead members at subscribe() (_recovery), when on
+        self.recovery: Any = None
         #: told which partitions' group commit failed (the commit path writes them again)
         self.commit_failed: Callable[[list[TopicPartition]], None] = lambda tps: None
 
     # -- status -------------------------------------------------------------------------
-    def catchup_status(self) -> dict[Key, CatchupStatus]:
+    def catchup_status(self) -> CatchupStatuses:
         alive = self._child.alive
         group = self.group
-        out = {}
+        out = CatchupStatuses()
+        if self.recovery is not None:
+            out.removed_members = tuple(self.recovery.removals())
         for key, a in self._partitions.assigned.items():
             pos = self._child.position(key)
             ranges = a.ledger.ranges
@@ -163,6 +177,7 @@ class Reporter:
             "last_plan": self.last_plan,
             "partitions": partitions,
             **({"group": self.group.status()} if self.group is not None else {}),
+            **self._dead_members(),
         }
 
     # -- statistics (stats_cb) ----------------------------------------------------------
@@ -218,8 +233,14 @@ class Reporter:
             },
             "last_plan": self.last_plan,
             **({"group": self.group.status()} if self.group is not None else {}),
+            **self._dead_members(),
         }
         self.published_at = time.monotonic()
+
+    def _dead_members(self) -> dict[str, Any]:
+        if self.recovery is None:
+            return {}
+        return {"dead_members": {**self.recovery.counts(), "handled": self.recovery.removals()}}
 
     def publish_if_due(self, now: float) -> None:
         if now - self.published_at >= PUBLISH_S:
@@ -233,6 +254,10 @@ class Reporter:
             self.group_commit_failures += 1
             self.commit_failed(
                 partitions if err is not None else [tp for tp in partitions if tp.error]
+            )
+        if self.group is not None and err is None:
+            self.group.group_committed(
+                (tp.topic, tp.partition) for tp in partitions if tp.error is None
             )
         if self._user_on_commit is not None:
             self._user_on_commit(err, partitions)

@@ -9,6 +9,9 @@ being written at different times:
     the safe one (lowest unprocessed); the token adds the primary's real position
     and the pending backlog ranges below it. Tools that know nothing of tokens read
     the offset and re-read at worst; we read the token and skip nothing.
+    With group-wide catch-up the backlog has a *lineage* (``_groupcatchup``), written
+    as ``~fr2:<crc>:<lineage>:<payload>`` (the CRC covers both): a version that does
+    not read it ignores the token and uses the offset alone, which is safe.
 
 ``ChildCheckpoint`` (the child's own group, ``<group.id>.catchup``)
     ``~frc1:<crc>:<range start>:<range end>``, stored with the child's committed
@@ -47,6 +50,7 @@ __all__ = [
     "encode_group_token",
     "is_child_metadata",
     "is_ours",
+    "valid_lineage",
 ]
 
 #: Kafka's default ``offset.metadata.max.bytes`` is 4096, and Apache Kafka 3.6 was
@@ -55,6 +59,10 @@ DEFAULT_METADATA_MAX_BYTES = 4000
 
 _GROUP_PREFIX = "~fr"
 _GROUP_VERSION = "1"
+#: the same token with a backlog lineage (group-wide catch-up)
+_GROUP_LINEAGE_VERSION = "2"
+#: a lineage is a short random name: base 36 digits only (no separator can hide in it)
+_LINEAGE_MAX = 32
 _CHILD_PREFIX = "~frc"
 #: Between a group token's ranges and the application's metadata (none: nothing after it,
 #: as every version wrote it); an empty string ("", not none) ends the token instead with
@@ -95,11 +103,15 @@ class GroupToken:
             below ``position``.
         user_metadata: the metadata string the application itself committed; None: it
             gave none (confluent-kafka reads such a commit back as None, and "" as "").
+        lineage: which incarnation of the backlog ``ranges`` belong to (group-wide
+            catch-up: the claims log's ``done`` records of another lineage say nothing
+            about them); "" for none.
     """
 
     position: int
     ranges: tuple[tuple[int, int], ...] = ()
     user_metadata: str | None = None
+    lineage: str = ""
 
     @property
     def safe_offset(self) -> int:
@@ -170,9 +182,19 @@ def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str
     return f"{body}{_USER}{user or ''}"
 
 
-def _group_string(position: int, ranges: tuple[tuple[int, int], ...], user: str | None) -> str:
+def _group_string(
+    position: int, ranges: tuple[tuple[int, int], ...], user: str | None, lineage: str = ""
+) -> str:
     payload = _group_payload(position, ranges, user)
-    return f"{_GROUP_PREFIX}{_GROUP_VERSION}:{_crc(payload)}:{payload}"
+    if not lineage:
+        return f"{_GROUP_PREFIX}{_GROUP_VERSION}:{_crc(payload)}:{payload}"
+    signed = f"{lineage}:{payload}"
+    return f"{_GROUP_PREFIX}{_GROUP_LINEAGE_VERSION}:{_crc(signed)}:{signed}"
+
+
+def valid_lineage(lineage: str) -> bool:
+    """Whether ``lineage`` can travel in a token ("" is none, and valid)."""
+    return len(lineage) <= _LINEAGE_MAX and all(ch in _DIGITS for ch in lineage)
 
 
 def encode_group_token(
@@ -183,14 +205,31 @@ def encode_group_token(
     Returns:
         The metadata string and the token it actually encodes (its ranges may be a
         coalesced superset of the input's; the caller should adopt them so that
-        memory and Kafka agree).
+        memory and Kafka agree). Coalescing keeps the lineage; only a token that fits
+        no other way drops it (the next owner then starts a new lineage: safe, its
+        done chunks are read again).
 
     Raises:
         TokenTooLargeError: the user metadata leaves no room for even one range.
-        ValueError: ranges not sorted, disjoint and below ``position``.
+        ValueError: ranges not sorted, disjoint and below ``position``; a lineage
+            other than base 36 digits.
     """
     _validate(token.position, token.ranges)
-    text = _group_string(token.position, token.ranges, token.user_metadata)
+    if not valid_lineage(token.lineage):
+        raise ValueError(f"lineage {token.lineage[:40]!r} is not {_LINEAGE_MAX} base 36 digits")
+    try:
+        return _encode_group_token(token, max_bytes)
+    except TokenTooLargeError:
+        if not token.lineage:
+            raise
+        return _encode_group_token(
+            GroupToken(token.position, token.ranges, token.user_metadata), max_bytes
+        )
+
+
+def _encode_group_token(token: GroupToken, max_bytes: int) -> tuple[str, GroupToken]:
+    lineage = token.lineage
+    text = _group_string(token.position, token.ranges, token.user_metadata, lineage)
     if len(text.encode("utf-8")) <= max_bytes:
         return text, token
     full = RangeSet(token.ranges)
@@ -202,9 +241,9 @@ def encode_group_token(
     while lo <= hi:
         mid = (lo + hi) // 2
         ranges = full.coalesced(mid).as_tuple()
-        candidate = _group_string(token.position, ranges, token.user_metadata)
+        candidate = _group_string(token.position, ranges, token.user_metadata, lineage)
         if len(candidate.encode("utf-8")) <= max_bytes:
-            best = (candidate, GroupToken(token.position, ranges, token.user_metadata))
+            best = (candidate, GroupToken(token.position, ranges, token.user_metadata, lineage))
             lo = mid + 1
         else:
             hi = mid - 1
@@ -232,11 +271,16 @@ def decode_group_token(metadata: str | None) -> GroupToken | None:
     if not sep:
         raise CorruptTokenError("token has no version separator")
     version = head[len(_GROUP_PREFIX) :]
-    if version != _GROUP_VERSION:
+    if version not in (_GROUP_VERSION, _GROUP_LINEAGE_VERSION):
         raise UnknownTokenVersionError(f"token version {version[:10]!r} is not supported")
     crc, sep, payload = rest.partition(":")
     if not sep or crc != _crc(payload):
         raise CorruptTokenError("token checksum mismatch (truncated or edited)")
+    lineage = ""
+    if version == _GROUP_LINEAGE_VERSION:
+        lineage, sep, payload = payload.partition(":")
+        if not sep or not lineage or not valid_lineage(lineage):
+            raise CorruptTokenError("token without a valid lineage")
     body, sep, user = payload.partition(_USER)
     empty_body, empty, after = payload.partition(_EMPTY_USER)
     user_metadata: str | None
@@ -265,7 +309,7 @@ def decode_group_token(metadata: str | None) -> GroupToken | None:
         _validate(position, tuple(ranges))
     except ValueError as exc:
         raise CorruptTokenError(str(exc)) from None
-    return GroupToken(position, tuple(ranges), user_metadata)
+    return GroupToken(position, tuple(ranges), user_metadata, lineage)
 
 
 def _validate(position: int, ranges: tuple[tuple[int, int], ...]) -> None:

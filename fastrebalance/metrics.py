@@ -87,6 +87,10 @@ METRICS: tuple[Metric, ...] = (
            "log says", True),
     Metric("fastrebalance_group_chunks_done_total", "counter", "chunks",
            "Group-wide catch-up: chunks this member read, committed and declared done"),
+    Metric("fastrebalance_dead_members_total", "counter", "members",
+           "Dead members of the group (their process gone from this host) handled at "
+           "subscribe(), by result: removed, gone (already out of the group), replaced "
+           "(a static member the broker hands over itself), failed (the old wait)"),
     Metric("fastrebalance_group_catchup_unusable", "gauge", "",
            "Group-wide catch-up: 1 once this member gave it up because its claims topic "
            "cannot be used (its backlogs are then read by its own catch-up consumer)"),
@@ -134,6 +138,11 @@ def samples(snapshot: dict[str, Any]) -> list[Sample]:
         out.append(("fastrebalance_group_chunks_done_total", base, group["chunks_done"]))
         unusable = 1.0 if group.get("unusable") else 0.0
         out.append(("fastrebalance_group_catchup_unusable", base, unusable))
+    dead = snapshot.get("dead_members")
+    if dead is not None:
+        for result in ("removed", "gone", "replaced", "failed"):
+            labels = {**base, "result": result}
+            out.append(("fastrebalance_dead_members_total", labels, dead.get(result, 0)))
     return out
 
 
@@ -168,7 +177,7 @@ class PrometheusCollector:
         from fastrebalance.metrics import PrometheusCollector
 
         REGISTRY.register(PrometheusCollector(consumer))
-        start_http_server(9100)
+        start_http_server(9100, addr="127.0.0.1")  # its default: every interface
 
     Args:
         consumer: a ``fastrebalance.Consumer`` (or ``fastrebalance.aio.AIOConsumer``).
@@ -307,4 +316,3 @@ class StatusCollector:
 
     def describe(self) -> list[Any]:
         return []
-

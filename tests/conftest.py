@@ -23,7 +23,9 @@ what they start (``make test`` runs its two side by side, with one busy process 
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import uuid4
@@ -36,6 +38,11 @@ from fastrebalance.testing import (
     open_test_cluster,
     transactions_supported,
 )
+
+# The membership state files of every consumer the suite starts (and of the processes it
+# starts: they inherit it) go to a directory of this run, not the user's own
+# (fastrebalance/_membership.py, parallel.rebalance.state.dir's default).
+os.environ.setdefault("FASTREBALANCE_STATE_DIR", tempfile.mkdtemp(prefix="fastrebalance-state-"))
 
 #: Modules that share an xdist group, so that no two of them run at once: one Spark JVM
 #: (and its Python workers) at a time.

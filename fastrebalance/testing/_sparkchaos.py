@@ -77,7 +77,7 @@ from fastrebalance.testing._sparkevtime import (
     merge_live,
     short_summary,
 )
-from fastrebalance.testing._sparkpython import worker_python
+from fastrebalance.testing._sparkpython import local_driver_conf, worker_python
 from fastrebalance.testing._workload import FreshProducer, partition_keys, produce_backlog
 
 __all__ = [
@@ -306,6 +306,7 @@ def _driver(argv: list[str]) -> int:
         .config("spark.driver.memory", "512m")
         .config("spark.executor.memory", "512m")
         .config("spark.driver.extraJavaOptions", f"{_JAVA_OPTS} {args.java_opts}")
+        .config(map=local_driver_conf(args.master))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -17,10 +17,25 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["worker_python"]
+__all__ = ["local_driver_conf", "worker_python"]
 
 _made: dict[str, str] = {}
+
+#: Where a local master's driver listens. Spark's driver opens two ports for its executors
+#: (RPC and block manager) on the address the host name resolves to, or on the first
+#: non-loopback interface when that is loopback ("using 192.0.2.2 instead (on interface
+#: eth0)" on this machine): reachable from other hosts, with no authentication by default.
+#: A local master's executors are threads of the driver's JVM, so loopback serves them, and
+#: the harnesses and benchmarks publish nothing (docs/operations.md, "Listeners").
+_LOOPBACK_DRIVER = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+
+
+def local_driver_conf(master: str) -> dict[str, Any]:
+    """The Spark settings that keep a driver of ``master`` on loopback: none for a cluster
+    master, whose executors on other hosts must reach the driver."""
+    return dict(_LOOPBACK_DRIVER) if master.startswith("local") else {}
 
 
 def worker_python() -> str:

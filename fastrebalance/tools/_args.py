@@ -136,6 +136,46 @@ def duration(text: str) -> float:
     return value
 
 
+#: Where a listener binds when its option names a port alone. Loopback, not every interface:
+#: what is served (group names, topic names, offsets, lag) is no secret worth a firewall
+#: rule, but nobody should publish it by accident; an operator who means a scraper on
+#: another host says so (``0.0.0.0:PORT``, ``[::]:PORT``, or ``:PORT``, the exporters'
+#: spelling of every interface). docs/operations.md, "Listeners", says the same.
+LOOPBACK = "127.0.0.1"
+#: ``:PORT``, as Prometheus exporters (``--web.listen-address=:9100``) spell every interface.
+ANY_INTERFACE = "0.0.0.0"
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """An argparse ``type=`` for ``[HOST:]PORT``: ``9101`` (loopback, ``LOOPBACK`` says
+    why), ``127.0.0.1:9101``, ``[::1]:9101``, ``host.example:9101``, ``:9101`` (every
+    interface). An IPv6 address needs its brackets: ``::1:9101`` could be read two ways.
+    Port 0 is refused: the command prints the URL it serves, and a scraper needs to know it."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = LOOPBACK
+    elif host.startswith("[") and host.endswith("]") and len(host) > 2:
+        host = host[1:-1]
+        if "[" in host or "]" in host:
+            raise argparse.ArgumentTypeError(f"{text!r} is not [HOST:]PORT")
+    elif ":" in host or "[" in host or "]" in host:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not [HOST:]PORT (an IPv6 address goes in brackets: [::1]:PORT)"
+        )
+    elif not host:
+        host = ANY_INTERFACE
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not [HOST:]PORT (the port is a number from 1 to 65535)"
+        )
+    return host, int(port)
+
+
+def url_host(host: str) -> str:
+    """A host as a URL spells it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def config_pair(text: str) -> tuple[str, str]:
     """``-X key=value``, kcat's spelling, so that secured clusters need no config file."""
     key, sep, value = text.partition("=")

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, Producer
 
 from ..testing._chaos_check import percentiles
+from ..testing._sparkpython import local_driver_conf
 from ..testing._workload import PacedProducer, watermarks
 from . import _args as a
 from ._plot import Curve, CurvePanel
@@ -439,7 +440,8 @@ def _command(args: argparse.Namespace) -> int:
 
     builder = SparkSession.builder.master("local[2]").appName("fastrebalance-bench")
     for key, value in (("spark.ui.enabled", "false"), ("spark.ui.showConsoleProgress", "false"),
-                       ("spark.sql.shuffle.partitions", "2")):  # fmt: skip
+                       ("spark.sql.shuffle.partitions", "2"),
+                       *local_driver_conf("local[2]").items()):  # fmt: skip
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

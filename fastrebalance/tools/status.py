@@ -22,7 +22,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -565,9 +565,13 @@ examples:
     p.add_argument("-X", dest="config", action="append", type=a.config_pair, default=[],
                    metavar="KEY=VALUE", help="a librdkafka property for the admin client "
                    "(repeatable), e.g. security.protocol=SSL")  # fmt: skip
-    a.option(p, "--prometheus", None, a.number(int, 1, maximum=65535), "PORT",
-             "serve the group's catch-up metrics for Prometheus on this port (/metrics), "
-             "read every --interval seconds, until Ctrl-C (needs prometheus_client)")
+    a.option(p, "--prometheus", None, a.listen_address, "[HOST:]PORT",
+             "serve the group's catch-up metrics for Prometheus at http://HOST:PORT/metrics, "
+             "read every --interval seconds, until Ctrl-C (needs prometheus_client). A PORT "
+             f"alone listens on loopback ({a.LOOPBACK}) only, so that nothing is published "
+             "to the network by accident; for a scraper on another host, name the address: "
+             "0.0.0.0:PORT or :PORT (every IPv4 interface), [::]:PORT, or one interface's "
+             "address")
     p.set_defaults(func=_command)
 
 
@@ -642,11 +646,13 @@ def _printer(args: argparse.Namespace) -> Callable[[GroupStatus, bool], None]:
     return show
 
 
-def _exporter(port: int) -> Callable[[GroupStatus, bool], None] | None:
-    """``--prometheus``: serves the latest snapshot from the first one read on. The
-    command's thread owns the reader; the HTTP server's threads only read ``latest``."""
+def _exporter(address: tuple[str, int]) -> Callable[[GroupStatus, bool], None] | None:
+    """``--prometheus``: listens at once (an address in use or not this host's fails before
+    any read), and serves the latest snapshot from the first one read on: a scrape before
+    it gets no fastrebalance metrics. The command's thread owns the reader; the HTTP
+    server's threads only read ``latest``."""
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
     except ImportError:
         print("fastrebalance status: --prometheus needs prometheus_client "
               "(pip install 'fastrebalance[prometheus]')", file=sys.stderr)  # fmt: skip
@@ -655,13 +661,38 @@ def _exporter(port: int) -> Callable[[GroupStatus, bool], None] | None:
 
     latest: list[GroupStatus] = []
 
+    class Latest:
+        def collect(self) -> Iterator[Any]:
+            snapshot = latest[:1]  # one read: the command's thread replaces the list's item
+            if snapshot:
+                yield from StatusCollector(lambda: snapshot[0]).collect()
+
+        def describe(self) -> list[Any]:
+            return []
+
+    registry = CollectorRegistry()
+    registry.register(Latest())
+    listen(address, registry)
+    host, port = address
+    print(f"fastrebalance status: serving metrics on http://{a.url_host(host)}:{port}/metrics",
+          flush=True)  # fmt: skip
+
     def show(status: GroupStatus, _again: bool) -> None:
-        if not latest:
-            registry = CollectorRegistry()
-            registry.register(StatusCollector(lambda: latest[0]))
-            start_http_server(port, registry=registry)
-            url = f"http://0.0.0.0:{port}/metrics"
-            print(f"fastrebalance status: serving metrics on {url}", flush=True)
         latest[:] = [status]
 
     return show
+
+
+def listen(address: tuple[str, int], registry: Any) -> Any:
+    """Serves ``registry`` at ``http://HOST:PORT/metrics`` from a daemon thread. An address
+    in use, or not one of this host's, raises an ``OSError`` that names it (exit 3, as
+    ``_args.run`` says). Returns what ``start_http_server`` does (in recent
+    prometheus_client releases, the server and its thread: tests stop the server)."""
+    from prometheus_client import start_http_server
+
+    host, port = address
+    try:
+        return start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        where = f"{a.url_host(host)}:{port}"
+        raise OSError(f"cannot listen on {where}: {exc.strerror or exc}") from None

@@ -7,6 +7,7 @@ watermarks, no record was lost, and the report comes out.
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -48,10 +49,14 @@ SMOKE = BenchSettings(
 )
 
 
-def test_bench_smoke(kafka_cluster: KafkaCluster) -> None:
+def test_bench_smoke(kafka_cluster: KafkaCluster, capfd: pytest.CaptureFixture[str]) -> None:
     lines: list[str] = []
     result = run_bench(SMOKE, cluster=kafka_cluster, out=lines.append)
     report = format_markdown(result, "fastrebalance bench (smoke)")
+    # librdkafka writes its own lines to fd 2 ("%6|<time>|BGQUEUE|rdkafka#producer-6|..."),
+    # among the report on a terminal: the admin clients the benchmark makes must not
+    _out, err = capfd.readouterr()
+    assert not re.findall(r"^%\d\|.*$", err, re.MULTILINE), err
 
     assert result.ok, report
     kinds = {(r.asked, r.consumer) for r in result.recovery}

@@ -59,3 +59,40 @@ def test_sigkill_chaos_kip848_loses_nothing(kip848_cluster: Any, tmp_path: Path)
         settings, kip848_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
     )
     assert set(result.faults) == set(KILL_FAULTS), result.faults
+    if kip848_cluster.kind != "embedded":  # kafka-python cannot bootstrap from the mock
+        # restarted workers removed their dead predecessors (on by default)
+        assert removals_logged(tmp_path) > 0, "no restarted worker removed a dead member"
+
+
+def removals_logged(workdir: Path) -> int:
+    """Dead members the workers removed at their subscribe() (their INFO lines)."""
+    return sum(
+        p.read_text(errors="replace").count("removed dead member")
+        for p in workdir.rglob("*.stderr")
+    )
+
+
+def test_sigkill_loop_with_dead_member_removal_loses_nothing(
+    kafka_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeated SIGKILL/restart cycles of 2-3 workers on one host, classic protocol, at the
+    session timeout Kafka's clients default to (45 s): each restarted worker removes its
+    dead predecessors from the group (parallel.rebalance.remove.dead.members, on by
+    default, their state files in one directory), and nothing is lost."""
+    if kafka_cluster.kind == "embedded":
+        pytest.skip("kafka-python's admin client cannot bootstrap from librdkafka's mock cluster")
+    monkeypatch.setenv("FASTREBALANCE_STATE_DIR", str(tmp_path / "state"))  # the workers'
+    settings = sigkill_settings(
+        tmp_path,
+        protocol="cooperative",
+        workers=3,
+        min_workers=2,
+        max_workers=3,
+        session_timeout_ms=45000,
+        max_poll_interval_ms=45000,
+        fault_gap_s=(2.0, 5.0),
+    )
+    run_and_check(
+        settings, kafka_cluster, "FASTREBALANCE_CRASH_SEED", f"{__file__}::{current_test()}"
+    )
+    assert removals_logged(tmp_path) > 0, "no restarted worker removed a dead member"

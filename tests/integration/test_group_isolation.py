@@ -15,11 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer as PlainConsumer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from fastrebalance._config import default_claims_topic
 from fastrebalance.testing import KafkaCluster
 from fastrebalance.testing._groupchaos import prepare
 
-from .helpers import base_conf, group_offsets
+from .helpers import base_conf, group_offsets, produce
 
 BACKLOG = 6_000
 PROTOCOLS = ("classic", "consumer")
@@ -193,3 +196,83 @@ def test_a_claims_topic_the_member_reads_leaves_the_backlog_to_its_child(
     assert status["unusable"] and "subscribes to" in status["unusable"]
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "parallel.rebalance.group.claims.topic" in errors[0], errors
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_group_reset_to_the_start_receives_its_whole_backlog_again(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    kip848: tuple[bool, str],
+    protocol: str,
+) -> None:
+    """A ``done`` record is true of the backlog it was written for, not of the same
+    offsets read again: after an operator reset the group's offset to 0 (the way
+    kafka-consumer-groups --reset-offsets writes it: offset 0, no metadata), the chunks the
+    claims log says were done before are read again, not absorbed unread."""
+    _skip_unserved(protocol, kip848)
+    bootstrap, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    prepare(bootstrap, topic, unique_group, BACKLOG)
+    # the embedded cluster refuses a commit from outside a group that ever had a subscribed
+    # member (UNKNOWN_MEMBER_ID, for good): its members assign() there, and the reset works
+    join = kafka_cluster.kind != "embedded"
+    if not join:
+        # ... and auto-creates the claims topic with 4 partitions, which the next member
+        # then refuses (falling back to its own catch-up consumer): made first, as a
+        # broker's CreateTopics would make it
+        kafka_cluster.create_topic(default_claims_topic(unique_group), 1)
+    first = _Member(_conf(bootstrap, unique_group, protocol))
+    try:
+        _read(first, topic, join)
+        got = _drain_each(bootstrap, {"first": (first, topic)}, BACKLOG)
+    finally:
+        first.close()
+    assert got["first"] >= set(range(BACKLOG))
+    # the operator resets the (empty) group to the earliest offset; more records arrive
+    _reset_to_zero(bootstrap, unique_group, topic)
+    assert group_offsets(bootstrap, unique_group, topic) == [0]
+    more = 2_000
+    produce(bootstrap, topic, more, start=BACKLOG)
+    second = _Member(_conf(bootstrap, unique_group, protocol))
+    try:
+        _read(second, topic, join)
+        again = _drain_each(bootstrap, {"second": (second, topic)}, BACKLOG + more)
+    finally:
+        second.close()
+    missing = set(range(BACKLOG + more)) - again["second"]
+    assert not missing, (
+        f"the group's offset passed {len(missing)} records never delivered after the reset "
+        f"(first {min(missing)})"
+    )
+
+
+def _read(member: _Member, topic: str, join: bool) -> None:
+    if join:
+        member.subscribe([topic])
+    else:
+        member.assign([TopicPartition(topic, 0)])
+
+
+def _reset_to_zero(bootstrap: str, group: str, topic: str, seconds: float = 30.0) -> None:
+    """What ``kafka-consumer-groups --reset-offsets --to-earliest`` writes: offset 0, no
+    metadata, from outside the group; retried while the broker still counts the member
+    that just left."""
+    reset = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            try:
+                reset.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+                return
+            except KafkaException as exc:
+                if time.monotonic() > deadline or exc.args[0].code() not in (
+                    KafkaError.UNKNOWN_MEMBER_ID,
+                    KafkaError.REBALANCE_IN_PROGRESS,
+                    KafkaError.ILLEGAL_GENERATION,
+                    KafkaError.STALE_MEMBER_EPOCH,
+                ):
+                    raise
+                time.sleep(0.5)
+    finally:
+        reset.close()

@@ -155,13 +155,32 @@ def test_a_token_past_three_quarters_of_its_budget_is_warned_once(
         c.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def _free_port(family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1") -> int:
+    with socket.socket(family) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def test_status_serves_the_group_s_metrics_over_http(kafka_cluster, topic_factory, unique_group):
+def _ipv6_loopback() -> bool:
+    try:
+        _free_port(socket.AF_INET6, "::1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("address", "url_host"),
+    [
+        ("{port}", "127.0.0.1"),  # a port alone: loopback
+        ("127.0.0.1:{port}", "127.0.0.1"),
+        pytest.param("[::1]:{port}", "[::1]", marks=pytest.mark.skipif(
+            not _ipv6_loopback(), reason="no IPv6 loopback on this host")),
+    ],
+)  # fmt: skip
+def test_status_serves_the_group_s_metrics_over_http(
+    kafka_cluster, topic_factory, unique_group, address: str, url_host: str
+):
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     c = _catching_up(bs, unique_group, topic)
     try:
@@ -169,26 +188,29 @@ def test_status_serves_the_group_s_metrics_over_http(kafka_cluster, topic_factor
         c.commit(message=next(m for m in got if m.offset() == 1499), asynchronous=False)
     finally:
         c.close()
-    port = _free_port()
+    v6 = url_host.startswith("[")
+    port = _free_port(socket.AF_INET6, "::1") if v6 else _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "fastrebalance.tools.cli", "status", "-b", bs, "-g", unique_group,
-         "--prometheus", str(port), "--interval", "0.5", "--count", "40"],
+         "--prometheus", address.format(port=port), "--interval", "0.5", "--count", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    want = f'fastrebalance_pending_records{{client_id="status",group="{unique_group}"'
     try:
-        deadline = time.monotonic() + 20
-        while True:
+        # it listens before its first read: a scrape before that has no group metrics yet
+        deadline, body = time.monotonic() + 30, ""
+        while want not in body:
             try:
-                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
-                break
+                url = f"http://{url_host}:{port}/metrics"
+                body = urllib.request.urlopen(url, timeout=2).read().decode()
             except OSError:
-                assert time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
-                time.sleep(0.2)
-        body = text.decode()
-        want = f'fastrebalance_pending_records{{client_id="status",group="{unique_group}"'
+                pass
+            assert time.monotonic() < deadline, proc.stderr.read() if proc.poll() else body
+            time.sleep(0.2)
         line = next(x for x in body.splitlines() if x.startswith(want))
         assert float(line.split()[-1]) == 6000 - 1500
         assert "fastrebalance_committed_offset" in body and "fastrebalance_lag_records" in body
     finally:
         proc.terminate()
-        proc.wait(10)
+        out, _ = proc.communicate(timeout=10)
+    assert f"serving metrics on http://{url_host}:{port}/metrics" in out

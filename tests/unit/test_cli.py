@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import urllib.request
 
 import pytest
 from confluent_kafka import Consumer as PlainConsumer
@@ -18,6 +19,7 @@ from fastrebalance._token import (
     encode_child_checkpoint,
     encode_group_token,
 )
+from fastrebalance.tools._args import listen_address
 from fastrebalance.tools._runner import machine_info
 from fastrebalance.tools.bench import (
     OFF,
@@ -37,6 +39,7 @@ from fastrebalance.tools.status import (
     ProgressTracker,
     RangeStatus,
     format_status,
+    listen,
     partition_status,
 )
 from fastrebalance.tools.workload import CLASSIC_ONLY_KEYS, GROUP_PROTOCOLS, restart_conf
@@ -118,6 +121,79 @@ def test_options_that_would_be_ignored_are_usage_errors(
     assert main(["status", "-b", "127.0.0.1:9", "-g", "g", *extra]) == EXIT_USAGE
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and why in err
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("9101", ("127.0.0.1", 9101)),  # a port alone: loopback, not every interface
+        ("127.0.0.1:29895", ("127.0.0.1", 29895)),  # refused as "not a valid int" before
+        ("0.0.0.0:9101", ("0.0.0.0", 9101)),
+        (":9101", ("0.0.0.0", 9101)),  # the exporters' spelling of every interface
+        ("[::1]:9101", ("::1", 9101)),
+        ("[::]:9101", ("::", 9101)),
+        ("metrics.example:65535", ("metrics.example", 65535)),
+    ],
+)
+def test_listen_address_takes_host_and_port(text: str, address: tuple[str, int]) -> None:
+    assert listen_address(text) == address
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "0", "65536", "x", "host:", "host:port", "::1:9101", "[::1]", "[]:9101", "[[::1]]:9101",
+     "1.2.3.4:-1", "1.2.3.4: 80", "١٢٣"],
+)  # fmt: skip
+def test_listen_address_refuses_what_is_not_host_and_port(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="is not"):
+        listen_address(text)
+
+
+@pytest.mark.parametrize("flag", ["127.0.0.1:0", "::1:9101", "9101:x"])
+def test_a_bad_prometheus_address_is_a_usage_error(
+    flag: str, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["status", "-b", "127.0.0.1:9", "-g", "g", "--prometheus", flag]) == EXIT_USAGE
+    assert "[HOST:]PORT" in capsys.readouterr().err
+
+
+def test_the_help_says_where_a_port_alone_listens(capsys: pytest.CaptureFixture) -> None:
+    assert main(["status", "--help"]) == EXIT_OK
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--prometheus [HOST:]PORT" in help_text
+    assert "A PORT alone listens on loopback (127.0.0.1) only" in help_text
+
+
+def test_the_exporter_listens_on_loopback_given_a_port_alone() -> None:
+    """The server's own socket says where it listens (it was every interface, 0.0.0.0)."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+
+    port = _closed_port()
+    started = listen(listen_address(str(port)), CollectorRegistry())
+    server = started[0]
+    try:
+        assert server.socket.getsockname()[:2] == ("127.0.0.1", port)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
+            assert got.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_address_in_use_exits_3_naming_it(capsys: pytest.CaptureFixture) -> None:
+    """Before any read of the cluster (there is none here): not a traceback, not a
+    10 s wait for the first snapshot."""
+    pytest.importorskip("prometheus_client")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["status", "-b", "127.0.0.1:9", "-g", "g", "--prometheus", f"127.0.0.1:{port}"]
+        assert main(argv) == EXIT_ERROR
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err
 
 
 def test_a_property_librdkafka_rejects_is_a_usage_error(capsys: pytest.CaptureFixture) -> None:

@@ -17,6 +17,8 @@ from fastrebalance._config import (
     ENABLE_KEY,
     GROUP_KEY,
     METADATA_MAX_KEY,
+    REMOVE_DEAD_KEY,
+    STATE_DIR_KEY,
     THRESHOLD_KEY,
     TRANSACTIONAL_KEY,
     UNCOMMITTED_KEY,
@@ -24,6 +26,7 @@ from fastrebalance._config import (
     child_config,
     split_config,
 )
+from fastrebalance._membership import default_state_dir
 from fastrebalance._token import DEFAULT_METADATA_MAX_BYTES
 
 BASE = {"bootstrap.servers": "broker:9092", "group.id": "orders"}
@@ -37,6 +40,8 @@ OURS = (
     CLAIM_TIMEOUT_KEY,
     CHUNK_KEY,
     CLAIMS_TOPIC_KEY,
+    REMOVE_DEAD_KEY,
+    STATE_DIR_KEY,
     UNCOMMITTED_KEY,
 )
 
@@ -161,7 +166,9 @@ def test_valid_numbers_round_trip(threshold: int, as_text: bool, max_bytes: int)
 
 def test_defaults() -> None:
     settings_, rest = split_config(enabled())
+    assert settings_.state_dir == default_state_dir()  # dead members removed at start
     assert settings_ == ParallelConfig(
+        state_dir=default_state_dir(),
         enabled=True,
         lag_threshold=DEFAULT_LAG_THRESHOLD,
         catchup_group_id="orders.catchup",

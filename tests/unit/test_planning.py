@@ -432,3 +432,69 @@ def test_an_exact_plan_adds_a_range_while_it_fits() -> None:
     assert plan.start == 700 and plan.ledger.ranges.as_tuple() == full
     # at-least-once keeps adding (the token is coalesced when it is written)
     assert plan_assignment(r, low=0, high=900, threshold=0).caught_up == (700, 900)
+
+
+# -- the backlog's lineage (group-wide catch-up) ----------------------------------------
+def _lineage_token(position: int, ranges: tuple[tuple[int, int], ...], lineage: str) -> str:
+    return encode_group_token(GroupToken(position, ranges, "", lineage))[0]
+
+
+def test_a_plan_keeps_the_tokens_lineage() -> None:
+    """The claims log's done records of the lineage are facts about these very records:
+    the next owner absorbs them, a new range above the position or not (an owner change
+    under load: a new lineage there had every new owner's backlog read again)."""
+    meta = _lineage_token(5000, ((1000, 3000),), "ab12")
+    restored = restore(1000, meta)
+    assert restored.lineage == "ab12" and restored.ledger().lineage == "ab12"
+    plan = plan_assignment(restored, low=0, high=5500, threshold=1000)
+    assert plan.caught_up is None and plan.ledger.lineage == "ab12"
+    plan = plan_assignment(restore(1000, meta), low=0, high=9000, threshold=1000)
+    assert plan.caught_up == (5000, 9000) and plan.ledger.lineage == "ab12"
+    # retention dropping part of it keeps it too (offsets only left)
+    plan = plan_assignment(restore(1000, meta), low=2000, high=5500, threshold=1000)
+    assert plan.ledger.ranges.as_tuple() == ((2000, 3000),) and plan.ledger.lineage == "ab12"
+
+
+def test_a_plan_without_the_tokens_lineage_has_none() -> None:
+    """What ends a lineage: an operator's reset (no metadata), a token whose offset another
+    tool moved, a token written by a rewind commit (see group_write) or before lineages."""
+    meta = _lineage_token(5000, ((1000, 3000),), "ab12")
+    plan = plan_assignment(restore(0, ""), low=0, high=9000, threshold=1000)
+    assert plan.ledger.ranges.as_tuple() == ((0, 9000),) and plan.ledger.lineage == ""
+    assert restore(0, meta).lineage == ""  # moved by another tool: the token is ignored
+    plan = plan_assignment(restore(1000, token_text(5000, ((1000, 3000),))), 0, 9000, 1000)
+    assert plan.ledger.lineage == ""
+
+
+def test_a_rewind_drops_the_lineage_and_a_claim_keeps_it() -> None:
+    ledger = Ledger(5000, RangeSet([(1000, 3000)]), "ab12")
+    ledger.claim(1000, 2000)
+    ledger.claim(5000, 5100)
+    assert ledger.lineage == "ab12" and ledger.copy().lineage == "ab12"
+    token = ledger.token()
+    assert token is not None and token.lineage == "ab12"
+    ledger.rewind(6000)  # not below the position: nothing becomes unprocessed
+    assert ledger.lineage == "ab12"
+    ledger.rewind(1500)
+    assert ledger.lineage == ""
+
+
+def test_every_group_write_carries_the_lineage_but_a_rewind() -> None:
+    """The group's commits carry the owner's lineage to the next owner (coalesced to fit
+    too); a commit that rewinds says processed offsets are unprocessed again: no lineage,
+    so the next owner draws a new one and reads them."""
+    from fastrebalance._commits import group_write
+
+    ledger = Ledger(5000, RangeSet([(1000, 2000), (3000, 4000)]), "ab12")
+    w = group_write(ledger, "app", 4000)
+    assert w is not None and w.offset == 1000
+    back = restore(w.offset, w.metadata)
+    assert back.lineage == "ab12" and back.user_metadata == "app"
+    many = Ledger(10**6, RangeSet([(i * 10, i * 10 + 5) for i in range(2000)]), "ab12")
+    w = group_write(many, "", 200)
+    assert w is not None and w.coalesced is not None
+    assert restore(w.offset, w.metadata).lineage == "ab12"
+    w = group_write(ledger, "", 4000, rewind=1500)
+    assert w is not None and w.offset == 1000
+    assert restore(w.offset, w.metadata).lineage == ""
+    assert ledger.lineage == "ab12"  # the ledger keeps what it knows (see group_write)

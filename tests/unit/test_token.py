@@ -29,9 +29,17 @@ UNLIMITED = 10**9
 
 
 # -- strategies ----------------------------------------------------------------
+LINEAGES = st.one_of(
+    st.just(""), st.text(alphabet="0123456789abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=32)
+)
+
+
 @st.composite
-def group_tokens(draw, bound: int = MAX_OFFSET, max_ranges: int = 12, user=None) -> GroupToken:
-    """Sorted, disjoint, non-touching ranges below a position, all <= bound."""
+def group_tokens(
+    draw, bound: int = MAX_OFFSET, max_ranges: int = 12, user=None, lineage=LINEAGES
+) -> GroupToken:
+    """Sorted, disjoint, non-touching ranges below a position, all <= bound; a lineage
+    (group-wide catch-up) or none."""
     scale = draw(st.sampled_from([bound, 1000, 50]))
     edges = sorted(draw(st.sets(st.integers(0, scale), max_size=2 * max_ranges)))
     if len(edges) % 2:
@@ -40,7 +48,7 @@ def group_tokens(draw, bound: int = MAX_OFFSET, max_ranges: int = 12, user=None)
     floor = ranges[-1][1] if ranges else 0
     position = draw(st.integers(floor, max(draw(st.sampled_from([bound, scale])), floor)))
     metadata = draw(user if user is not None else st.text(max_size=40))
-    return GroupToken(position, ranges, metadata)
+    return GroupToken(position, ranges, metadata, draw(lineage))
 
 
 @st.composite
@@ -85,6 +93,27 @@ def test_wire_format_is_stable() -> None:
     assert ctext == f"~frc1:{zlib.crc32(b'1y:3c@100'):08x}:1y:3c"
 
 
+def test_a_lineage_is_a_second_version_whose_checksum_covers_it() -> None:
+    # group-wide catch-up: the backlog's lineage travels to the next owner; a version that
+    # does not know ~fr2 ignores the token (UnknownTokenVersionError) and re-reads: safe
+    token = GroupToken(100, ((70, 90), (95, 99)), "app", "4f0c2a")
+    text, written = encode_group_token(token)
+    signed = "4f0c2a:2s;1y+k,5+4|app"
+    assert text == f"~fr2:{zlib.crc32(signed.encode()):08x}:{signed}"
+    assert written == token and decode_group_token(text) == token
+    # without a lineage the token is the first version's, byte for byte
+    assert encode_group_token(GroupToken(100, ((70, 90),), "app"))[0].startswith("~fr1:")
+    # another lineage under the same checksum is an edit
+    with pytest.raises(CorruptTokenError):
+        decode_group_token(text.replace("4f0c2a", "4f0c2b"))
+    for bad in ("", "a:b", "ABC", "x" * 33):
+        with pytest.raises(CorruptTokenError):
+            decode_group_token(crafted(f"{bad}:2s|", version="2"))
+        if bad:
+            with pytest.raises(ValueError):
+                encode_group_token(GroupToken(100, (), "", bad))
+
+
 # -- group token round trip ------------------------------------------------------------
 @settings(max_examples=300, deadline=None)
 @given(group_tokens())
@@ -92,7 +121,7 @@ def test_group_token_round_trip(token: GroupToken) -> None:
     text, written = encode_group_token(token, UNLIMITED)
     assert written == token
     assert decode_group_token(text) == token
-    assert text.startswith("~fr1:")
+    assert text.startswith("~fr2:" if token.lineage else "~fr1:")
     fits = utf8_len(text) <= DEFAULT_METADATA_MAX_BYTES
     text_default, written_default = encode_group_token(token)
     if fits:
@@ -120,6 +149,15 @@ def test_size_cap_coalesces_without_losing_offsets(token: GroupToken, max_bytes:
     assert decode_group_token(text) == written
     assert written.position == token.position
     assert written.user_metadata == token.user_metadata
+    if written.lineage != token.lineage:
+        # coalescing keeps the lineage: it is dropped (the next owner draws a new one: safe)
+        # only when even one range does not fit with it
+        assert written.lineage == ""
+        one = RangeSet(token.ranges).coalesced(1).as_tuple()
+        with_lineage, _ = encode_group_token(
+            GroupToken(token.position, one, token.user_metadata, token.lineage), UNLIMITED
+        )
+        assert utf8_len(with_lineage) > max_bytes
     assert written.safe_offset == token.safe_offset
     assert covers(written.ranges, token.ranges), "coalescing lost an offset"
     if token.ranges:
@@ -130,7 +168,7 @@ def test_size_cap_coalesces_without_losing_offsets(token: GroupToken, max_bytes:
         # as many ranges as fit (bisection found the best), no more duplicates than needed
         more = RangeSet(token.ranges).coalesced(len(written.ranges) + 1).as_tuple()
         bigger, _ = encode_group_token(
-            GroupToken(token.position, more, token.user_metadata), UNLIMITED
+            GroupToken(token.position, more, token.user_metadata, written.lineage), UNLIMITED
         )
         assert utf8_len(bigger) > max_bytes
 
@@ -289,8 +327,8 @@ def test_valid_crafted_payload_is_accepted() -> None:
     "metadata",
     [
         "~fr9:00000000:a|",
-        "~fr2:x",
-        crafted("a|", version="2"),
+        "~fr3:x",
+        crafted("a|", version="3"),
         crafted("a|", version="10"),
         "~fr:1",
     ],

@@ -1,0 +1,270 @@
+"""Dead members removed at subscribe() (parallel.rebalance.remove.dead.members), with real
+member processes: a SIGKILLed member's partitions move at once, a live or merely stopped
+member is never removed, and a removal that fails costs only the old wait.
+
+Member A runs in a subprocess (its death must be a real one: the kernel releases its
+lock); member B, its replacement, runs here. A keeps the group's default session
+timeout (45 s), so a removal that did not happen cannot pass for one that did.
+
+The removal needs the admin LeaveGroup of KIP-345 (and, for consumer-protocol members,
+KAFKA-18188, Apache Kafka 4.0.0) from a real broker: on the embedded mock cluster only the
+test of a stopped member runs there (with a live member A, the mock did not assign B a
+partition within 40 s, a case where no removal is even tried: that one runs on real brokers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastrebalance import Consumer
+from fastrebalance._eviction import AdminSettings
+from fastrebalance.metrics import samples
+from fastrebalance.testing import KafkaCluster
+
+pytestmark = [pytest.mark.integration]
+
+#: Member A: subscribes, prints its member id once assigned, polls until killed.
+_MEMBER = textwrap.dedent(
+    """
+    import json, sys
+    from fastrebalance import Consumer
+    conf = json.loads(sys.argv[1])
+    c = Consumer(conf)
+    said = []
+    def on_assign(consumer, partitions):
+        if partitions and not said:
+            said.append(1)
+            print(json.dumps({"member_id": consumer.memberid()}), flush=True)
+    c.subscribe([sys.argv[2]], on_assign=on_assign)
+    while True:
+        c.poll(0.2)
+    """
+)
+
+
+@pytest.fixture
+def real_cluster(kafka_cluster: KafkaCluster) -> KafkaCluster:
+    if kafka_cluster.kind == "embedded":
+        pytest.skip(
+            "kafka-python's admin client cannot bootstrap from librdkafka's mock cluster "
+            "(KafkaTimeoutError: Unable to bootstrap): the removal needs a real broker"
+        )
+    return kafka_cluster
+
+
+def conf_for(
+    cluster: KafkaCluster, group: str, state: Path, protocol: str, **extra: Any
+) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "group.id": group,
+        "enable.parallel.rebalance": True,
+        "auto.offset.reset": "earliest",
+        "parallel.rebalance.state.dir": str(state),
+    }
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["partition.assignment.strategy"] = "cooperative-sticky"
+    conf.update(extra)
+    return conf
+
+
+class MemberA:
+    def __init__(self, conf: dict[str, Any], topic: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _MEMBER, json.dumps(conf), topic],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # printed once assigned; EOF if it died
+        assert line, "member A exited before its first assignment"
+        self.member_id = json.loads(line)["member_id"]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+@pytest.fixture
+def members() -> Iterator[list[MemberA]]:
+    made: list[MemberA] = []
+    yield made
+    for m in made:
+        m.kill()
+
+
+def start_a(members: list[MemberA], conf: dict[str, Any], topic: str) -> MemberA:
+    # bounded: A's first assignment comes within seconds, or the test's timeout names it
+    a = MemberA(conf, topic)
+    members.append(a)
+    return a
+
+
+def poll_until_assigned(consumer: Consumer, partitions: int, limit_s: float) -> float | None:
+    """Seconds until ``consumer`` holds ``partitions`` partitions, or None after limit_s."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        consumer.poll(0.1)
+        if len(consumer.assignment()) == partitions:
+            return time.monotonic() - started
+    return None
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "kip848-consumer"])
+def test_a_killed_member_is_removed_and_its_partitions_move_at_once(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+    protocol: str,
+) -> None:
+    topic = topic_factory(2)
+    conf = conf_for(real_cluster, unique_group, tmp_path, protocol.removeprefix("kip848-"))
+    a = start_a(members, conf, topic)
+    a.kill()
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        took = poll_until_assigned(b, 2, 40.0)
+        handled = b.catchup_status().removed_members
+        assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, "removed")]
+        # A's session is 45 s: without the removal B waits for it
+        assert took is not None and took < 20.0, took
+        assert b.catchup_metrics()["dead_members"]["removed"] == 1
+        published = time.monotonic() + 1.5  # poll() publishes the snapshot every second
+        while time.monotonic() < published:
+            b.poll(0.1)
+        dead = [s for s in samples(b.metrics_snapshot()) if s[0].startswith("fastrebalance_dead")]
+        assert ("fastrebalance_dead_members_total", 1) in {
+            (name, value) for name, labels, value in dead if labels["result"] == "removed"
+        }
+        # A's entry is gone, B's own is there
+        assert len(list(tmp_path.glob("*.lock"))) == 1
+    finally:
+        b.close()
+    assert list(tmp_path.iterdir()) == []  # B left the group: its entry went with it
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "kip848-consumer"])
+def test_a_static_member_is_replaced_at_once(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+    protocol: str,
+) -> None:
+    """Under the consumer protocol the dead holder of our group.instance.id is removed
+    (else every heartbeat is refused with a fatal UNRELEASED_INSTANCE_ID until its
+    session ends); under classic the broker hands it over at our JoinGroup by itself."""
+    topic = topic_factory(2)
+    proto = protocol.removeprefix("kip848-")
+    conf = conf_for(real_cluster, unique_group, tmp_path, proto, **{"group.instance.id": "pod-0"})
+    a = start_a(members, conf, topic)
+    a.kill()
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        took = poll_until_assigned(b, 2, 40.0)
+        assert took is not None and took < 20.0, took
+        handled = b.catchup_status().removed_members
+        expected = "removed" if proto == "consumer" else "replaced"
+        assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, expected)]
+    finally:
+        b.close()
+
+
+def test_a_live_member_is_never_removed(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+) -> None:
+    """Two live processes of one group on one host: each keeps its share."""
+    topic = topic_factory(2)
+    conf = conf_for(real_cluster, unique_group, tmp_path, "classic")
+    a = start_a(members, conf, topic)
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        assert poll_until_assigned(b, 1, 40.0) is not None
+        assert b.catchup_status().removed_members == ()
+        assert poll_until_assigned(b, 2, 3.0) is None  # A still holds the other one
+        assert a.proc.poll() is None
+        assert len(list(tmp_path.glob("*.lock"))) == 2
+    finally:
+        b.close()
+
+
+def test_a_stopped_member_is_not_removed(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+) -> None:
+    """A restart while the old process is only stopped (SIGSTOP): it holds its lock, it
+    may come back, so nothing is removed and the group waits for its session as before."""
+    topic = topic_factory(2)
+    conf = conf_for(kafka_cluster, unique_group, tmp_path, "classic")
+    a = start_a(members, conf, topic)
+    a.proc.send_signal(signal.SIGSTOP)
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        assert poll_until_assigned(b, 2, 5.0) is None
+        assert b.catchup_status().removed_members == ()
+        assert (tmp_path / next(p.name for p in tmp_path.glob("*.lock"))).exists()
+    finally:
+        b.close()
+
+
+def test_a_failed_removal_costs_only_the_old_wait(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = topic_factory(2)
+    conf = conf_for(real_cluster, unique_group, tmp_path, "classic", **{"session.timeout.ms": 6000})
+    a = start_a(members, conf, topic)
+    a.kill()
+    monkeypatch.setattr(
+        "fastrebalance._recovery.admin_settings",
+        lambda _conf: AdminSettings(None, "no permission on the group (test)"),
+    )
+    b = Consumer(conf)
+    try:
+        with caplog.at_level(logging.INFO, "fastrebalance.recovery"):
+            b.subscribe([topic])  # never raises for the removal
+            took = poll_until_assigned(b, 2, 40.0)
+        assert took is not None, "B never got A's partitions after A's session timeout"
+        handled = b.catchup_status().removed_members
+        assert [(m["member_id"], m["result"]) for m in handled] == [(a.member_id, "failed")]
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "no permission" in warnings[0].getMessage()
+        assert b.catchup_metrics()["dead_members"]["failed"] == 1
+    finally:
+        b.close()
