@@ -6,11 +6,12 @@ Run one after the other, the same loop measured minutes apart differs by more th
 overhead being looked for (see ``fastrebalance.tools.bench._worker_throughput``), so here
 every consumer lives in one process and they read in short turns, in alternating order:
 plain ``confluent_kafka.Consumer`` (the reference), the *before* tree's ``Consumer`` and this
-tree's, each with ``enable.parallel.rebalance`` on (the mode whose hot path changed). The
+tree's, each with ``enable.parallel.rebalance`` on (``--modes``: off, or both). The
 *before* tree is imported under another package name, so both versions run side by side.
 
     git worktree add /tmp/before <commit>
-    python benchmarks/steady_before_after.py --before /tmp/before [--bootstrap-servers B]
+    python benchmarks/steady_before_after.py --before /tmp/before [--bootstrap-servers B] \
+        [--modes on,off]
 
 Prints records/s per loop and version, and each version's ratio to plain.
 """
@@ -117,13 +118,24 @@ def main() -> int:
     parser.add_argument("--bootstrap-servers", help="a Kafka cluster (default: an embedded one)")
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--modes",
+        default="on",
+        help="enable.parallel.rebalance of both versions: on, off, or on,off (all side by side)",
+    )
     args = parser.parse_args()
     before = load_before(args.before)
-    makers = {
-        "plain": PlainConsumer,
-        "before": lambda conf: before.Consumer({**conf, "enable.parallel.rebalance": True}),
-        "after": lambda conf: AfterConsumer({**conf, "enable.parallel.rebalance": True}),
-    }
+    modes = [m.strip() for m in args.modes.split(",")]
+    makers: dict[str, Any] = {"plain": PlainConsumer}
+    for mode in modes:
+        on = mode == "on"
+        suffix = "" if len(modes) == 1 else f"-{mode}"
+        makers[f"before{suffix}"] = lambda conf, on=on: before.Consumer(
+            {**conf, "enable.parallel.rebalance": on}
+        )
+        makers[f"after{suffix}"] = lambda conf, on=on: AfterConsumer(
+            {**conf, "enable.parallel.rebalance": on}
+        )
     cluster = None
     bootstrap = args.bootstrap_servers
     if bootstrap is None:
@@ -159,16 +171,30 @@ def main() -> int:
                     f"[{rep + 1}/{args.reps}] {loop:7} "
                     + "  ".join(f"{n} {v:,.0f}/s" for n, v in got.items())
                 )
-        heads = ("plain", "before", "after", "before/plain", "after/plain", "after/before")
-        print("\n" + f"{'loop':8}" + "".join(f" {h:>13}" for h in heads))
+        pairs = [(n, n.replace("before", "after")) for n in makers if n.startswith("before")]
+        heads = ["plain"]
+        for b, a in pairs:
+            heads += [b, a, f"{b}/plain", f"{a}/plain", f"{a}/{b}"]
+        print("\n" + f"{'loop':8}" + "".join(f" {h:>17}" for h in heads))
         for loop, by in rows.items():
             med = {n: statistics.median(v) for n, v in by.items()}
-            print(
-                f"{loop:8} {med['plain']:>13,.0f} {med['before']:>13,.0f} {med['after']:>13,.0f}"
-                f" {med['before'] / med['plain']:>13.2f} {med['after'] / med['plain']:>13.2f}"
-                f" {med['after'] / med['before']:>13.2f}"
-            )
+            cells = [f"{med['plain']:>17,.0f}"]
+            for b, a in pairs:
+                cells += [f"{med[b]:>17,.0f}", f"{med[a]:>17,.0f}"]
+                cells += [f"{med[b] / med['plain']:>17.2f}", f"{med[a] / med['plain']:>17.2f}"]
+                cells.append(f"{med[a] / med[b]:>17.2f}")
+            print(f"{loop:8} " + " ".join(cells))
         print("(records/s, median of the repetitions; ratios above 1: faster)")
+        # The ratio within each repetition (its consumers read in the same minutes), then
+        # the median over the repetitions: what the machine does meanwhile cancels out.
+        print("\nmedian over the repetitions of the ratio within each:")
+        for loop, by in rows.items():
+            cells = []
+            for b, a in pairs:
+                for num, den in ((b, "plain"), (a, "plain"), (a, b)):
+                    within = [x / y for x, y in zip(by[num], by[den], strict=True)]
+                    cells.append(f"{num}/{den} {statistics.median(within):.2f}")
+            print(f"{loop:8} " + "  ".join(cells))
     finally:
         if cluster is not None:
             cluster.close()

@@ -539,9 +539,15 @@ class Assignments:
                 try:
                     self._primary.poll(_REVOKE_SLICE_S)
                 except Exception as exc:
-                    if exc is not self._user_error:
+                    if exc is self._user_error:
+                        error = error or exc
+                    elif isinstance(exc, RuntimeError):  # a closed handle
                         raise
-                    error = error or exc
+                    else:
+                        # the application's error_cb (stats_cb, throttle_cb, ...) raised, as
+                        # it may again on every poll while the broker is away: confluent-
+                        # kafka's close() closes all the same, and returns
+                        log.debug("a callback raised while leaving the group: %r", exc)
                 now = time.monotonic()
                 if self._served != served:
                     served, quiet_from = self._served, now

@@ -32,7 +32,8 @@ class Change:
         #: commit(offsets=) for a partition this consumer never had: stored as a plain
         #: consumer stores it, against what the group holds (its pending ranges kept)
         self.position: int | None = None
-        self.metadata = ""
+        #: the application's commit metadata; None: none given (not even "")
+        self.metadata: str | None = None
 
 
 def apply_change(ledger: Ledger, change: Change) -> ChildCheckpoint | None:
@@ -74,7 +75,9 @@ class GroupWrite:
 
     __slots__ = ("coalesced", "metadata", "offset")
 
-    def __init__(self, offset: int, metadata: str, coalesced: RangeSet | None = None) -> None:
+    def __init__(
+        self, offset: int, metadata: str | None, coalesced: RangeSet | None = None
+    ) -> None:
         self.offset = offset
         self.metadata = metadata
         self.coalesced = coalesced
@@ -82,7 +85,7 @@ class GroupWrite:
 
 def group_write(
     ledger: Ledger,
-    user_metadata: str,
+    user_metadata: str | None,
     max_bytes: int,
     rewind: int | None = None,
     exact: bool = False,

@@ -48,17 +48,42 @@ log = logging.getLogger("fastrebalance.consumer")
 _REWRITE_AFTER_S = 0.5
 
 
-def tp(key: Key, offset: int, metadata: str = "") -> TopicPartition:
-    if metadata:
+def tp(key: Key, offset: int, metadata: str | None = None) -> TopicPartition:
+    if metadata is not None:  # "" too: confluent-kafka writes (and reads back) ""
         return TopicPartition(key[0], key[1], offset, metadata=metadata)
     return TopicPartition(key[0], key[1], offset)
 
 
-def record_of(message: Message) -> tuple[Key, int]:
+def record_of(message: Message, verb: str = "commit") -> tuple[Key, int]:
     """The partition and offset of a record the application commits or stores."""
+    found = claimable(message, verb)
+    if found is None:
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"not a record: cannot {verb}"))
+    return found
+
+
+def claimable(message: Message, verb: str = "commit") -> tuple[Key, int] | None:
+    """What ``commit(message=)``/``store_offsets(message=)`` claim, read as confluent-kafka
+    reads a message: None for one built by hand without a partition or an offset (there,
+    an offset that librdkafka does not commit: nothing is claimed and the call returns).
+
+    Raises:
+        KafkaException: ``_INVALID_ARG`` for an error event, with confluent-kafka's text;
+            for a message without a topic (confluent-kafka's ``SystemError``).
+    """
+    err = message.error()
+    if err is not None:
+        raise KafkaException(
+            KafkaError(
+                KafkaError._INVALID_ARG,
+                f"Cannot {verb} offsets for message with error: '{err.str()}'",
+            )
+        )
     topic, partition, offset = message.topic(), message.partition(), message.offset()
-    if message.error() is not None or topic is None or partition is None or offset is None:
-        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "not a record: cannot commit"))
+    if topic is None:
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"not a record: cannot {verb}"))
+    if partition is None or offset is None:
+        return None
     return (topic, partition), offset
 
 
@@ -130,7 +155,10 @@ class Committer:
         changes: dict[Key, Change] = {}
         if messages is not None:
             for message in messages:
-                key, offset = record_of(message)
+                found = claimable(message)
+                if found is None:
+                    continue
+                key, offset = found
                 changes.setdefault(key, Change()).claims.append(self._record_claim(key, offset))
         elif offsets is not None:
             changes = self._offset_changes(offsets)
@@ -158,7 +186,7 @@ class Committer:
             key = (t.topic, t.partition)
             history = self._p.history.get(key)
             change = changes.setdefault(key, Change())
-            change.metadata = t.metadata or ""
+            change.metadata = t.metadata
             if history is not None:
                 self._delivery.observe([key])
                 claim = history.child_offset_claim(t.offset)
@@ -252,6 +280,13 @@ class Committer:
             if exc.args[0].code() == KafkaError._NO_OFFSET and helped:
                 # only chunk records were handed out, or only their offsets given
                 return None if asynchronous else []
+            if exc.args[0].code() == KafkaError._NO_OFFSET and asynchronous and (
+                message is not None or offsets is not None
+            ):
+                # confluent-kafka's asynchronous commit of offsets librdkafka does not
+                # commit (logical ones, an empty list, a message built without an offset)
+                # returns; only a bare one before anything was consumed raises (docs/api.md)
+                return None
             raise
         try:
             return self._write(changes, asynchronous)
@@ -268,7 +303,8 @@ class Committer:
         if not self.lost:
             return
         if message is not None:
-            named = {record_of(message)[0]}
+            found = claimable(message)
+            named = set() if found is None else {found[0]}
         elif offsets is not None:
             named = {(t.topic, t.partition) for t in offsets}
         else:
@@ -382,7 +418,10 @@ class Committer:
                     return
         if message is not None:
             self._primary.store_offsets(message=message)
-            key, offset = record_of(message)
+            found = claimable(message, "store")
+            if found is None:
+                return  # as librdkafka: nothing stored
+            key, offset = found
             changes = {key: Change([self._record_claim(key, offset)])}
         else:
             self._primary.store_offsets(offsets=offsets)
@@ -413,7 +452,7 @@ class Committer:
                 continue
             r = restored.get(key)
             safe = r.safe_offset if r is not None else None
-            metadata = r.user_metadata if r is not None else ""
+            metadata = r.user_metadata if r is not None else None
             out.append(tp(key, -1001 if safe is None else safe, metadata))
         return out
 

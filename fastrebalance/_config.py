@@ -253,12 +253,29 @@ def _librdkafka_bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
     value = conf.get(key, default)
     if isinstance(value, bool):
         return value
-    text = str(value) if isinstance(value, int | str) else None
+    text = None if value is None else str(value)
     if text is not None and text.lower() in _TRUE + _FALSE:
         return text.lower() in _TRUE
     raise KafkaException(
         KafkaError(KafkaError._INVALID_ARG, f'Expected bool value for "{key}": true or false')
     )
+
+
+#: librdkafka's text properties this module (or the consumer) reads itself. confluent-kafka
+#: hands librdkafka ``str(value)`` of a value of any other type (a ``uuid.UUID`` group id, a
+#: number): read as anything else, such a group id was refused as missing. (Our own keys
+#: keep their stricter checks: they never were confluent-kafka's.)
+_TEXT_KEYS = (
+    "group.id", "client.id", "group.protocol", "partition.assignment.strategy",
+    "auto.offset.reset", "isolation.level",
+)  # fmt: skip
+
+
+def _as_text(conf: dict[str, Any]) -> None:
+    for key in _TEXT_KEYS:
+        value = conf.get(key)
+        if value is not None and not isinstance(value, str):
+            conf[key] = str(value)
 
 
 def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any]]:
@@ -272,6 +289,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     if not isinstance(conf, Mapping):
         raise TypeError(f"config must be a dict, not {type(conf).__name__}")
     rest = dict(conf)
+    _as_text(rest)
     unknown = sorted(
         k for k in rest if isinstance(k, str) and k.startswith(_PREFIX) and k not in CONFIG_KEYS
     )

@@ -1,7 +1,11 @@
 """``Consumer``: a drop-in for ``confluent_kafka.Consumer`` implementing KIP-333.
 
-With ``enable.parallel.rebalance=false`` (the default) every public method is the
-primary handle's own bound method: the same behaviour at the same speed.
+With ``enable.parallel.rebalance=false`` (the default) every public method hands its
+arguments to the primary handle's own method: the same behaviour, at the cost of one
+Python frame (docs/benchmarks.md measures it). No bound method is copied onto the
+instance: a subclass's override of any method runs, as with confluent-kafka's class.
+``poll()`` and ``consume()`` are ``_delivery``'s hot path functions themselves, so that
+with the mode on too a call costs that one frame.
 
 With it on, a partition gained with a backlog larger than the threshold is read by two
 consumers: the *primary* (the user's group member) jumps to the log end so fresh
@@ -38,9 +42,10 @@ from confluent_kafka import Consumer as _RdConsumer
 from . import _arguments as check
 from ._assigning import Assignments
 from ._child import Child, ChildState, call_bounded
+from ._closed import CLOSED
 from ._committing import Committer, plain_abort, plain_send_offsets
 from ._config import ParallelConfig, child_config, split_config
-from ._delivery import Delivery
+from ._delivery import Delivery, hot_consume, hot_poll
 from ._groupcatchup import GroupCatchup
 from ._partitions import Partitions
 from ._planner import Planner
@@ -51,15 +56,6 @@ __all__ = ["CatchupStatus", "Consumer"]
 log = logging.getLogger("fastrebalance.consumer")
 
 RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
-
-_PASSTHROUGH = (
-    "assign", "assignment", "close", "cluster_id", "commit", "committed", "consume",
-    "consumer_group_metadata", "get_watermark_offsets", "incremental_assign",
-    "incremental_unassign", "list_topics", "memberid", "offsets_for_times", "pause", "poll",
-    "position", "resume", "seek", "set_sasl_credentials", "store_offsets", "unassign",
-    "unsubscribe",
-)  # fmt: skip
-
 
 def _socket_timeout_s(conf: dict[str, Any]) -> float:
     try:
@@ -89,22 +85,33 @@ class Consumer:
     """
 
     _reporter: Reporter
+    # What an instance reads through before (or without: a subclass whose __init__ does not
+    # call ours) __init__: confluent-kafka's "Consumer closed" from every method (_closed).
+    _primary: _RdConsumer = CLOSED
+    #: poll()/consume() serve from this Delivery (the mode on; see _delivery.hot_poll),
+    #: or, when None (the mode off, or closed), hand their arguments to ``_reader``'s own
+    _hot: Delivery | None = None
+    _reader: Any = CLOSED
+    _child: Child | None = None
+    _group: GroupCatchup | None = None
+    _closed = False
+    #: the methods hand their arguments to the primary's own: the mode off, and once
+    #: close() closed both handles (confluent-kafka's checks then come first, as there)
+    _plain = True
+    _settings: ParallelConfig = ParallelConfig(enabled=False)
 
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
         conf = check.config_dict(config, kwargs)
-        self._settings: ParallelConfig
         self._settings, primary_conf = split_config(conf)
         self._closed = False
         self._subscribed = False
         self._user_callbacks: tuple[Any, Any, Any] = (None, None, None)
         if not self._settings.enabled:
             # The primary handle: the user's group member. Owner: the user's thread.
-            self._primary = _RdConsumer(primary_conf)
-            for name in _PASSTHROUGH:
-                if name not in ("close", "subscribe"):
-                    setattr(self, name, getattr(self._primary, name))
-            self._child: Child | None = None
+            self._primary = self._reader = _RdConsumer(primary_conf)
+            self._hot = None  # on the instance: read at every poll(), found first there
             return
+        self._plain = False
         child_conf = child_config(primary_conf, self._settings)
         user_stats_cb = primary_conf.get("stats_cb")
         if user_stats_cb is not None:
@@ -189,9 +196,7 @@ class Consumer:
             group.write_group = self._committer.write_absorbed
             group.read_alone = self._assignments.read_alone
             reporter.group = delivery.group = group
-        # The hot path is delivery's own frame: no facade frame in between.
-        self.poll = delivery.poll  # type: ignore[method-assign]
-        self.consume = delivery.consume  # type: ignore[method-assign]
+        self._hot = delivery
         reporter.publish()
 
     def _between_calls(self, now: float) -> None:
@@ -257,6 +262,8 @@ class Consumer:
         on_lost: RebalanceCallback | None = None,
     ) -> None:
         """As confluent-kafka's; callbacks receive this Consumer, not the inner handle."""
+        if self._closed or self._primary is CLOSED:  # before the arguments, as there
+            raise RuntimeError("Consumer closed")
         check.topic_list(topics)
         check.callback("on_assign", on_assign)
         check.callback("on_revoke", on_revoke)
@@ -308,35 +315,34 @@ class Consumer:
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
+        if self._plain:
+            return self._primary.assign(partitions)
         self._assignments.apply(check.partition_list(partitions), incremental=False)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's; partitions without an offset get a catch-up plan."""
+        if self._plain:
+            return self._primary.incremental_assign(partitions)
         self._assignments.apply(check.partition_list(partitions), incremental=True)
 
     def unassign(self) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
+        if self._plain:
+            return self._primary.unassign()
         self._assignments.unassign()
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """As confluent-kafka's, with its auto-commit of what was handed out."""
+        if self._plain:
+            return self._primary.incremental_unassign(partitions)
         self._assignments.incremental_unassign(check.partition_list(partitions))
 
     def assignment(self) -> list[TopicPartition]:
         return self._primary.assignment()
 
-    # -- reading (bound to delivery's own methods when the mode is on) ------------------------
-    def poll(self, timeout: float = -1.0) -> Message | None:
-        """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog.
-
-        ``timeout`` in seconds, negative: no limit (confluent-kafka's default; ``None`` is a
-        ``TypeError`` there and here)."""
-        return self._delivery.poll(timeout)
-
-    def consume(self, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
-        """Up to ``num_messages`` records, fresh first, at least 1/CHILD_SHARE of a
-        full batch from the backlog while it has records."""
-        return self._delivery.consume(num_messages, timeout)
+    # -- reading: one Python frame, the hot path's (_delivery.hot_poll says why) -------------
+    poll = hot_poll
+    consume = hot_consume
 
     def _hand(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """poll() or consume() for a wrapper that hands the records on later
@@ -373,6 +379,11 @@ class Consumer:
         Returns:
             For a synchronous commit, the partitions as the group stored them.
         """
+        if self._plain:
+            primary: Any = self._primary  # the stubs' overloads want literal arguments
+            return primary.commit(  # type: ignore[no-any-return]
+                message=message, offsets=offsets, asynchronous=asynchronous
+            )
         if self._closed:  # confluent-kafka's error, not "nothing to commit"
             raise RuntimeError("Consumer closed")
         check.message_or_offsets(message, offsets, required=False)
@@ -398,6 +409,8 @@ class Consumer:
     ) -> None:
         """As confluent-kafka's (enable.auto.offset.store=false); claims as commit() does,
         written by the next commit() or auto-commit."""
+        if self._plain:
+            return self._primary.store_offsets(message=message, offsets=offsets)
         check.message_or_offsets(message, offsets, required=True)
         self._committer.store_offsets(message, offsets)
 
@@ -407,6 +420,8 @@ class Consumer:
         """Per partition, the lowest offset not yet processed, from both commit logs:
         the child's progress while a range is pending, the primary's offset after.
         ``timeout`` negative (the default): ``socket.timeout.ms``."""
+        if self._plain:
+            return self._primary.committed(partitions, timeout)
         return self._committer.committed(check.partition_list(partitions), check.timeout_s(timeout))
 
     # -- transactions -------------------------------------------------------------------------
@@ -503,10 +518,14 @@ class Consumer:
         """Seek the primary. The child keeps its ranges: seeking changes what is read,
         not what was processed. A backward seek below where the primary started re-reads
         backlog records (they come twice) and claims them only once re-delivered; a
-        forward seek skips fresh records as a plain consumer's does. With group-wide
+        forward seek skips fresh records as a plain consumer's does. A partition whose
+        commit logs could not be read yet (its catch-up not planned) raises ``_STATE``, as
+        confluent-kafka's does while it waits for the committed offset. With group-wide
         catch-up, a seek of a partition this member only helps with, into a chunk it holds,
         gives the chunks from there on back to the group: their records are delivered
         again, here or to another member."""
+        if self._plain:
+            return self._primary.seek(partition)
         tp = check.partition(partition)
         key = (tp.topic, tp.partition)
         if (
@@ -519,25 +538,28 @@ class Consumer:
         self._delivery.seek(tp)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
+        if self._plain:
+            return self._primary.pause(partitions)
         self._primary.pause(check.partition_list(partitions))
-        assert self._child is not None
+        assert self._child is not None  # the mode on
         self._child.pause([(t.topic, t.partition) for t in partitions])
 
     def resume(self, partitions: list[TopicPartition]) -> None:
         # a deferred partition stays paused until it is planned (then resumed, unless
         # the application paused it meanwhile)
+        if self._plain:
+            return self._primary.resume(partitions)
         check.partition_list(partitions)
         deferred = self._partitions.deferred
         self._primary.resume([t for t in partitions if (t.topic, t.partition) not in deferred])
-        assert self._child is not None
+        assert self._child is not None  # the mode on
         self._child.resume([(t.topic, t.partition) for t in partitions])
 
     # -- the primary's own ----------------------------------------------------------------------
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1.0, cached: bool = False
     ) -> tuple[int, int]:
-        low, high = self._primary.get_watermark_offsets(partition, timeout, cached)
-        return low, high
+        return self._primary.get_watermark_offsets(partition, timeout, cached)
 
     def offsets_for_times(
         self, partitions: list[TopicPartition], timeout: float = -1.0
@@ -592,13 +614,22 @@ class Consumer:
         if self._group is not None:
             # the chunks still held are given back at once (bye), not after the claim timeout
             self._group.close(min(5.0, self._commit_timeout_s))
-        self._closed = True
+        self._closed = self._plain = True
+        self._hot, self._reader = None, self._primary
 
         def shutdown() -> None:
             try:
                 if self._settings.auto_commit and not self._subscribed:
                     self._committer.auto_commit(list(self._partitions.assigned))
-                self._primary.close()
+                try:
+                    self._primary.close()
+                except KafkaException:
+                    raise
+                except Exception as exc:
+                    # an error_cb (stats_cb, ...) of the application raised while librdkafka
+                    # closed the handle: it is closed all the same (leave() says why not
+                    # re-raised); librdkafka's own errors still are
+                    log.debug("a callback raised while the consumer closed: %r", exc)
             finally:
                 child.close()
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
 
 from ._arguments import timeout_s
@@ -69,6 +70,67 @@ def _transit_entries(got: Any) -> list[tuple[str, int, int]]:
     return [(m.topic(), m.partition(), m.offset()) for m in msgs if m.error() is None]
 
 
+def hot_poll(self: Any, timeout: float = -1.0) -> Message | None:
+    """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog.
+
+    ``timeout`` in seconds, negative: no limit (confluent-kafka's default; ``None`` is a
+    ``TypeError`` there and here)."""
+    # ``Consumer.poll`` itself, and ``Delivery.poll``: the hot path in the one frame the
+    # facade's call makes (see the module docstring). ``self`` is the facade (its ``_hot``:
+    # this Delivery with the mode on, None with it off or once closed) or the Delivery.
+    d: Delivery | None = self._hot
+    if d is None:  # confluent-kafka's own poll(), which reads its arguments itself
+        return self._reader.poll(timeout)  # type: ignore[no-any-return]
+    # A timeout that is neither a float nor an int (a Decimal, or a mistake) is read as
+    # confluent-kafka reads it, before any call: its TypeError, not a comparison's from
+    # below, and never a record returned first. Two identity tests: no call for it.
+    if timeout.__class__ is not float and timeout.__class__ is not int:
+        timeout = timeout_s(timeout)
+    if d.steady:
+        m = d._primary_poll(0)
+        if m is None:
+            if not d.steady:  # a rebalance callback inside that call began a catch-up
+                return d._poll_slow(timeout)
+            if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
+                m = d._primary_poll(timeout)
+                if m is None:
+                    return None
+            else:
+                m = d._primary_poll(IDLE_SLICE_S)
+                if m is None:
+                    return d._poll_slow(timeout if timeout is None else _after_a_slice(timeout))
+        # A rebalance callback inside the call may have begun a run of unknown start:
+        # m may be its first record, which says where it starts.
+        if d._p.unresolved:
+            d._resolve([m])
+        return m
+    return d._poll_slow(timeout)
+
+
+def hot_consume(self: Any, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
+    """Up to ``num_messages`` records, fresh first, at least 1/CHILD_SHARE of a full batch
+    from the backlog while it has records."""
+    # As hot_poll: a batch is returned when it is full or a slice ends with records in it,
+    # as the slow path does. The timeout is read as in poll(); confluent-kafka's own
+    # consume() refuses a bad num_messages (its type first, as there: before the timeout's).
+    d: Delivery | None = self._hot
+    if d is None:
+        return self._reader.consume(num_messages, timeout)  # type: ignore[no-any-return]
+    if num_messages.__class__ is not int:
+        num_messages = operator.index(num_messages)
+    if timeout.__class__ is not float and timeout.__class__ is not int:
+        timeout = timeout_s(timeout)
+    if d.steady:
+        if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
+            return d._batch(num_messages, timeout)
+        msgs = d._batch(num_messages, IDLE_SLICE_S)
+        if msgs:
+            return msgs
+        if timeout is not None:
+            timeout = _after_a_slice(timeout)
+    return d._consume_slow(num_messages, timeout)
+
+
 class Delivery:
     """poll()/consume() over both streams, and what each stream handed out."""
 
@@ -82,6 +144,8 @@ class Delivery:
     ) -> None:
         self._primary = primary
         self._primary_poll = primary.poll
+        #: what hot_poll()/hot_consume() serve from: this Delivery (see hot_poll)
+        self._hot = self
         self._child = child
         self._p = partitions
         self._settings = settings
@@ -135,34 +199,7 @@ class Delivery:
             self.steady = False
 
     # -- poll() ---------------------------------------------------------------------------
-    def poll(self, timeout: float = -1.0) -> Message | None:
-        # The hot path in one frame (see the module docstring). A timeout that is neither a
-        # float nor an int (a Decimal, or a mistake) is read as confluent-kafka reads it,
-        # before any call: its TypeError, not a comparison's from below, and never a record
-        # returned first. Two identity tests: the hot path pays no call for it.
-        if timeout.__class__ is not float and timeout.__class__ is not int:
-            timeout = timeout_s(timeout)
-        if self.steady:
-            m = self._primary_poll(0)
-            if m is None:
-                if not self.steady:  # a rebalance callback inside that call began a catch-up
-                    return self._poll_slow(timeout)
-                if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
-                    m = self._primary_poll(timeout)
-                    if m is None:
-                        return None
-                else:
-                    m = self._primary_poll(IDLE_SLICE_S)
-                    if m is None:
-                        return self._poll_slow(
-                            timeout if timeout is None else _after_a_slice(timeout)
-                        )
-            # A rebalance callback inside the call may have begun a run of unknown start:
-            # m may be its first record, which says where it starts.
-            if self._p.unresolved:
-                self._resolve([m])
-            return m
-        return self._poll_slow(timeout)
+    poll = hot_poll
 
     def _poll_slow(self, timeout: float | None) -> Message | None:
         # Each step returns as soon as it has a record: a record is never held while
@@ -207,21 +244,7 @@ class Delivery:
             now = time.monotonic()
 
     # -- consume() ------------------------------------------------------------------------
-    def consume(self, num_messages: int = 1, timeout: float = -1.0) -> list[Message]:
-        # The hot path, as in poll(): a batch is returned when it is full or a slice ends
-        # with records in it, as the slow path does. The timeout is read as in poll();
-        # confluent-kafka's own consume() refuses a bad num_messages.
-        if timeout.__class__ is not float and timeout.__class__ is not int:
-            timeout = timeout_s(timeout)
-        if self.steady:
-            if timeout is not None and 0 <= timeout <= IDLE_SLICE_S:
-                return self._batch(num_messages, timeout)
-            msgs = self._batch(num_messages, IDLE_SLICE_S)
-            if msgs:
-                return msgs
-            if timeout is not None:
-                timeout = _after_a_slice(timeout)
-        return self._consume_slow(num_messages, timeout)
+    consume = hot_consume
 
     def _batch(self, num: int, timeout: float) -> list[Message]:
         """The primary's consume(). A rebalance callback inside it sees a position()
@@ -453,10 +476,15 @@ class Delivery:
         key = (partition.topic, partition.partition)
         p = self._p
         if key in p.deferred:
-            # not planned yet: the seek is where its plan will start (the application's
-            # own start, as in assign())
-            p.deferred[key] = partition.offset
-            return
+            # Not planned yet: its commit logs could not be read. confluent-kafka's own
+            # seek refuses a partition whose committed offset is still being fetched (the
+            # fetch has not started): so does this one, rather than take effect later.
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"Failed to seek to offset {partition.offset}: Local: Erroneous state",
+                )
+            )
         a = p.assigned.get(key)
         if a is not None:
             self.credit_returned()

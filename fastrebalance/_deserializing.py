@@ -53,6 +53,7 @@ from confluent_kafka.error import (
 )
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from ._closed import CLOSED
 from ._consumer import Consumer
 
 if TYPE_CHECKING:
@@ -132,8 +133,8 @@ async def decoded_async(
 def _forward(
     method: Callable[Concatenate[Consumer, _P], _R],
 ) -> Callable[Concatenate[DeserializingConsumer[Any, Any], _P], _R]:
-    """``method`` of the inner ``Consumer``, looked up on the instance at each call (with
-    the mode off it is confluent-kafka's bound method, set on the instance)."""
+    """``method`` of the inner ``Consumer``, looked up at each call (a subclass of
+    ``Consumer`` may override it)."""
     name = method.__name__
 
     @functools.wraps(method)
@@ -162,6 +163,11 @@ class DeserializingConsumer(Generic[K, V]):
     Deserializers built here from a ``.builder`` are closed by :meth:`close`; ready-made
     ones stay the application's.
     """
+
+    # Before (or without: a subclass whose __init__ skips ours) __init__: every method is
+    # confluent-kafka's "Consumer closed", and close() succeeds, as there (see _closed).
+    _consumer: Consumer = CLOSED
+    _owned_serdes: list[Any] = []  # read, never changed in place
 
     def __init__(self, conf: dict[str, Any]) -> None:
         specs, rest = pop_serde_props(conf, "key.deserializer", "value.deserializer")

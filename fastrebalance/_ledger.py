@@ -126,7 +126,7 @@ class Ledger:
         return gone
 
     # -- encoding -----------------------------------------------------------------------
-    def token(self, user_metadata: str = "", force: bool = False) -> GroupToken | None:
+    def token(self, user_metadata: str | None = None, force: bool = False) -> GroupToken | None:
         """The group token for the next commit; None when the safe offset says it all (no
         backlog), so tools and a rollback see a plain commit. ``force``: write one anyway
         (the application's own metadata looks like a token and must be wrapped)."""

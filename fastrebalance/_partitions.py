@@ -30,9 +30,9 @@ class Assigned:
         self.stored = False  #: store_offsets() claimed something not yet committed
         #: the last store_offsets(offsets=)'s offset and metadata: as librdkafka's stored
         #: offset, the next commit writes no more than it (a rewind), with its metadata
-        self.stored_as: tuple[int | None, str] = (None, "")
+        self.stored_as: tuple[int | None, str | None] = (None, None)
         self.checkpoint: ChildCheckpoint | None = None  #: ... and this child checkpoint
-        self.written: tuple[int, str] | None = None  #: the last group commit sent
+        self.written: tuple[int, str | None] | None = None  #: the last group commit sent
 
 
 class Partitions:

@@ -46,7 +46,7 @@ class Restored:
 
     position: int | None  #: P; None: the group never committed this partition
     ranges: RangeSet = field(default_factory=RangeSet)
-    user_metadata: str = ""
+    user_metadata: str | None = None  #: the application's; None: none (not even "")
     problem: str | None = None  #: why a token was ignored (to log once)
     lineage: str = ""  #: the token's backlog lineage (group-wide catch-up)
 
@@ -80,7 +80,7 @@ def restore(
     except TokenError as exc:
         token, problem = None, f"ignored commit metadata: {exc}"
     if token is None:
-        return Restored(group_offset, RangeSet(), group_metadata or "", problem)
+        return Restored(group_offset, RangeSet(), group_metadata, problem)
     if token.safe_offset != group_offset:
         return Restored(
             group_offset,
@@ -133,7 +133,7 @@ class Plan:
 TOKEN_HEADROOM_BYTES = 64
 
 
-def token_fits(ledger: Ledger, user_metadata: str, max_bytes: int) -> bool:
+def token_fits(ledger: Ledger, user_metadata: str | None, max_bytes: int) -> bool:
     """Whether ``ledger``'s token encodes within ``max_bytes`` as it is (no coalescing)."""
     token = ledger.token(user_metadata, force=is_ours(user_metadata))
     if token is None:

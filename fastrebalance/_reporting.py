@@ -262,10 +262,10 @@ class Reporter:
         if self._user_on_commit is not None:
             self._user_on_commit(err, partitions)
 
-    def note_token(self, key: Key, metadata: str) -> None:
+    def note_token(self, key: Key, metadata: str | None) -> None:
         """Token size per partition (metrics), and a warning at 75 % of the budget: past
         the budget, ranges are coalesced and processed records are re-read."""
-        size = len(metadata.encode("utf-8")) if is_ours(metadata) else 0
+        size = len(metadata.encode("utf-8")) if metadata and is_ours(metadata) else 0
         self.token_bytes[key] = size
         budget = self._settings.metadata_max_bytes
         if size > 0.75 * budget:

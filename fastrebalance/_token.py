@@ -64,6 +64,12 @@ _GROUP_LINEAGE_VERSION = "2"
 #: a lineage is a short random name: base 36 digits only (no separator can hide in it)
 _LINEAGE_MAX = 32
 _CHILD_PREFIX = "~frc"
+#: Between a group token's ranges and the application's metadata (none: nothing after it,
+#: as every version wrote it); an empty string ("", not none) ends the token instead with
+#: _EMPTY_USER and nothing after (a version before it ignores such a token as corrupt and
+#: resumes from the bare safe offset: records re-read, none skipped).
+_USER = "|"
+_EMPTY_USER = "!"
 _CHILD_VERSION = "1"
 #: What the child writes to clear a checkpoint: ours, and no checkpoint.
 NO_CHECKPOINT = "~frc:none"
@@ -95,7 +101,8 @@ class GroupToken:
             that is not in ``ranges`` is processed; nothing at or above it is.
         ranges: pending backlog ranges ``[start, end)``, sorted, disjoint, all
             below ``position``.
-        user_metadata: the metadata string the application itself committed.
+        user_metadata: the metadata string the application itself committed; None: it
+            gave none (confluent-kafka reads such a commit back as None, and "" as "").
         lineage: which incarnation of the backlog ``ranges`` belong to (group-wide
             catch-up: the claims log's ``done`` records of another lineage say nothing
             about them); "" for none.
@@ -103,7 +110,7 @@ class GroupToken:
 
     position: int
     ranges: tuple[tuple[int, int], ...] = ()
-    user_metadata: str = ""
+    user_metadata: str | None = None
     lineage: str = ""
 
     @property
@@ -161,7 +168,7 @@ def _crc(payload: str) -> str:
 
 
 # -- group token --------------------------------------------------------------
-def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str) -> str:
+def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str | None) -> str:
     parts = []
     prev = 0
     for start, end in ranges:
@@ -170,11 +177,13 @@ def _group_payload(position: int, ranges: tuple[tuple[int, int], ...], user: str
     body = _b36(position)
     if parts:
         body += ";" + ",".join(parts)
-    return f"{body}|{user}"
+    if user == "":
+        return f"{body}{_EMPTY_USER}"
+    return f"{body}{_USER}{user or ''}"
 
 
 def _group_string(
-    position: int, ranges: tuple[tuple[int, int], ...], user: str, lineage: str = ""
+    position: int, ranges: tuple[tuple[int, int], ...], user: str | None, lineage: str = ""
 ) -> str:
     payload = _group_payload(position, ranges, user)
     if not lineage:
@@ -240,8 +249,8 @@ def _encode_group_token(token: GroupToken, max_bytes: int) -> tuple[str, GroupTo
             hi = mid - 1
     if best is None:
         raise TokenTooLargeError(
-            f"commit metadata of {len(token.user_metadata.encode('utf-8'))} bytes leaves no "
-            f"room for the range token within {max_bytes} bytes"
+            f"commit metadata of {len((token.user_metadata or '').encode('utf-8'))} bytes "
+            f"leaves no room for the range token within {max_bytes} bytes"
         )
     return best
 
@@ -272,9 +281,17 @@ def decode_group_token(metadata: str | None) -> GroupToken | None:
         lineage, sep, payload = payload.partition(":")
         if not sep or not lineage or not valid_lineage(lineage):
             raise CorruptTokenError("token without a valid lineage")
-    body, sep, user = payload.partition("|")
-    if not sep:
+    body, sep, user = payload.partition(_USER)
+    empty_body, empty, after = payload.partition(_EMPTY_USER)
+    user_metadata: str | None
+    if empty and len(empty_body) < len(body):
+        if after:
+            raise CorruptTokenError("token has text after its empty user metadata")
+        body, user_metadata = empty_body, ""
+    elif not sep:
         raise CorruptTokenError("token has no user-metadata separator")
+    else:
+        user_metadata = user or None
     pos_text, _, ranges_text = body.partition(";")
     position = _int36(pos_text)
     ranges: list[tuple[int, int]] = []
@@ -292,7 +309,7 @@ def decode_group_token(metadata: str | None) -> GroupToken | None:
         _validate(position, tuple(ranges))
     except ValueError as exc:
         raise CorruptTokenError(str(exc)) from None
-    return GroupToken(position, tuple(ranges), user, lineage)
+    return GroupToken(position, tuple(ranges), user_metadata, lineage)
 
 
 def _validate(position: int, ranges: tuple[tuple[int, int], ...]) -> None:

@@ -257,7 +257,7 @@ def partition_status(
     committed = group_offset if group_offset >= 0 else None
     return PartitionStatus(
         topic, partition, committed, restored.position, tuple(ranges), log_start, log_end,
-        kind, restored.user_metadata, checkpoint, restored.problem, token_bytes,
+        kind, restored.user_metadata or "", checkpoint, restored.problem, token_bytes,
     )  # fmt: skip
 
 

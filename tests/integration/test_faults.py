@@ -174,7 +174,7 @@ def test_foreign_metadata_is_kept_as_the_applications(
         c.commit(message=fresh, asynchronous=False)
         _, stored = group_metadata(bs, unique_group, topic)
         token = decode_group_token(stored)
-        assert token is not None and token.user_metadata == ""
+        assert token is not None and token.user_metadata is None  # none given ("" is not)
         c.commit(
             offsets=[TopicPartition(topic, 0, fresh.offset() + 1, FOREIGN[kind])],
             asynchronous=False,

@@ -53,7 +53,7 @@ def test_restore_foreign_metadata_keeps_offset_and_user_metadata(metadata) -> No
     assert r.position == 42
     assert not r.ranges
     assert r.safe_offset == 42
-    assert r.user_metadata == (metadata or "")
+    assert r.user_metadata == metadata  # None (none committed) is not "" (issue 44)
     assert r.problem is None
 
 

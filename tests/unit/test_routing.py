@@ -552,7 +552,7 @@ class OnePartition(RuleBasedStateMachine):
     def the_token_round_trips_user_metadata(self) -> None:
         if getattr(self, "group", None) is None:
             return
-        assert self.restored().user_metadata in ("", "app", "~fr-app")
+        assert self.restored().user_metadata in (None, "", "app", "~fr-app")
 
 
 TestOnePartition = OnePartition.TestCase
