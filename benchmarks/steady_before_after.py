@@ -133,9 +133,13 @@ def main() -> int:
         makers[f"before{suffix}"] = lambda conf, on=on: before.Consumer(
             {**conf, "enable.parallel.rebalance": on}
         )
+        # the steady state: a fresh group's partitions read in order (with earliest, this
+        # version would catch up on a never-committed log: parallel.rebalance.catchup.
+        # uncommitted; the tree before knows no such key, and reads it in order)
         makers[f"after{suffix}"] = lambda conf, on=on: AfterConsumer(
-            {**conf, "enable.parallel.rebalance": on}
-        )
+            {**conf, "enable.parallel.rebalance": on,
+             **({"parallel.rebalance.catchup.uncommitted": False} if on else {})}
+        )  # fmt: skip
     cluster = None
     bootstrap = args.bootstrap_servers
     if bootstrap is None:

@@ -62,8 +62,9 @@ __all__ = [
 #: (topic, partition, start, end): a chunk is named by the offsets it covers.
 ChunkKey = tuple[str, int, int, int]
 KINDS = ("offer", "claim", "hb", "done", "release", "bye")
-#: The record format. 1 (before 0.1.0) named no group: two groups sharing a claims topic
-#: took each other's ``done`` records, and each stored an offset past the chunks only the
+#: The record format. 1 (written before the first release) named no group: two groups
+#: sharing a claims topic took each other's ``done`` records, and each stored an offset past
+#: the chunks only the
 #: other had read (15,000 of 30,000 records, issue 48). A reader skips every record of
 #: another version, as one of another group: members of different versions never act on
 #: each other's records (each then reads its own backlog's chunks itself: slower, safe).

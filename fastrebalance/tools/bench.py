@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._config import UNCOMMITTED_KEY
 from ..testing import _workload as wl
 from . import _args as a
 from . import _runner
@@ -204,7 +205,10 @@ def _worker_throughput(spec: dict[str, Any], _commands: queue.Queue[str]) -> dic
     seconds = dict.fromkeys(variants, 0.0)
     try:
         for v in variants:
-            consumers[v] = make_consumer(v, {**conf, "group.id": spec["groups"][v]})
+            # the steady state: a fresh group's partitions are read in order, not caught up
+            # on from the log start (parallel.rebalance.catchup.uncommitted, with earliest)
+            steady = {} if v in (PLAIN, RAW, TUNED) else {UNCOMMITTED_KEY: False}
+            consumers[v] = make_consumer(v, {**conf, "group.id": spec["groups"][v], **steady})
             consumers[v].subscribe([spec["topic"]])
         for v in variants:  # the first record: it waits for the join and the first fetch
             while (m := consumers[v].poll(POLL_TIMEOUT_S)) is None or m.error() is not None:

@@ -693,9 +693,11 @@ def test_user_metadata_starting_with_fr_round_trips(
     if backlog:  # crash with 0 committed, log end 3000
         c = _regain(bs, unique_group, topic, 3000, 0)
         offset = 3000
-    else:
+    else:  # never committed, read in order (no catch-up from the log start)
         produce(bs, topic, 100)
-        c = Consumer(base_conf(bs, unique_group))
+        c = Consumer(
+            base_conf(bs, unique_group, **{"parallel.rebalance.catchup.uncommitted": False})
+        )
         c.assign([TopicPartition(topic, 0)])
         offset = 50
     try:
