@@ -542,7 +542,12 @@ class Consumer:
             return self._primary.pause(partitions)
         self._primary.pause(check.partition_list(partitions))
         assert self._child is not None  # the mode on
-        self._child.pause([(t.topic, t.partition) for t in partitions])
+        keys = [(t.topic, t.partition) for t in partitions]
+        self._child.pause(keys)
+        if self._group is not None:
+            # chunks of a partition this member only helps with go back to the group: a
+            # paused helper held 4,501 records of the group's backlog for as long as it lived
+            self._group.paused([k for k in keys if k not in self._partitions.assigned])
 
     def resume(self, partitions: list[TopicPartition]) -> None:
         # a deferred partition stays paused until it is planned (then resumed, unless

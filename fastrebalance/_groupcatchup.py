@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -206,9 +207,12 @@ class GroupCatchup:
         gone = sorted(ck for ck in self._held if not self._reads(ck[0]))
         if gone:
             self._give_back(gone, "the member's subscription changed")
-        if self._log.topic in self._names and self.unusable is None:
-            # the application reads it: claims records would be handed to its code, and
-            # its records would be read as claims
+        if self.unusable is None and (
+            self._log.topic in self._names or _may_match(self._patterns, self._log.topic)
+        ):
+            # the application reads it: claims records would be handed to its code (a
+            # pattern ^pta.* was handed 45 of them, adversary of issue 48), and its
+            # records would be read as claims
             self._fall_back(f"claims topic {self._log.topic} is a topic this member subscribes to")
 
     def _reads(self, topic: str) -> bool:
@@ -570,6 +574,18 @@ class GroupCatchup:
                 lineage = self._held_lineage.get(ck, "")
                 self._send(ClaimRecord("release", self.member, *ck[:2], (ck[2:],), lineage))
             self._drop(ck, f"given back: {why}", lost=False)
+
+    def paused(self, keys: Sequence[Key]) -> None:
+        """pause() of partitions this member does not own: the chunks it holds of them go
+        back to the group (``_give_back``) for another member to read. Kept, they waited
+        for as long as the paused member lived (adversary of issue 48: 4,501 records and
+        the group's offset held for 37.5 s). Its own partitions' chunks stay, as a plain
+        consumer's paused partition waits for it."""
+        chunks = sorted(
+            ck for ck in self._held if ck[:2] in set(keys) and ck[:2] not in self._owned
+        )
+        if chunks:
+            self._give_back(chunks, "the application paused the partition")
 
     def seek_back(self, key: Key, offset: int) -> bool:
         """seek() of a partition this member reads only as a helper (it owns none of it,
@@ -1004,6 +1020,20 @@ def _stream_claims(h: _Helped, offset: int) -> list[Claim]:
         return claims
     before = [(r.start, r.next) for r in runs[:first]]
     return claims + _unclaimed(h, [*h.history.forgotten, *before])
+
+
+def _may_match(patterns: Sequence[str], topic: str) -> bool:
+    """Whether one of librdkafka's subscription patterns may match ``topic``: Python's
+    ``re`` stands in for librdkafka's dialect (close for the usual ``^prefix.*``); a
+    pattern Python cannot read is taken to match (a claims log never shared with the
+    application's records is the safe side)."""
+    for pattern in patterns:
+        try:
+            if re.search(pattern, topic):
+                return True
+        except re.error:
+            return True
+    return False
 
 
 def _passed(position: int | None, ck: ChunkKey) -> bool:

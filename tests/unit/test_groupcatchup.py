@@ -854,3 +854,26 @@ def test_a_helper_never_holds_two_chunks_of_the_same_offsets() -> None:
     b.tick()
     assert b.g._held == {("t", 0, 0, 10)}
     assert ((5, 15),) in [rec.chunks for rec, _ in shared if rec.kind == "release"]
+
+
+def test_a_pattern_that_matches_the_claims_topic_is_never_used_with_it() -> None:
+    # adversary of issue 48: a member subscribed with ^pta.* (its default claims topic is
+    # pta.catchup.claims) was handed 45 claims records as data, and committed them
+    g = GroupCatchup(SETTINGS, {}, Child(), member="a")  # type: ignore[arg-type]
+    g.subscribed(["^g\\..*"])  # SETTINGS.claims_topic is g.catchup.claims
+    assert g.unusable is not None and "subscribes to" in g.unusable
+    h = GroupCatchup(SETTINGS, {}, Child(), member="b")  # type: ignore[arg-type]
+    h.subscribed(["^orders-.*", "t"])
+    assert h.unusable is None
+
+
+def test_pausing_a_partition_a_helper_reads_gives_its_chunks_back() -> None:
+    # adversary of issue 48: a helper that paused the partition kept 4,501 records of
+    # chunks, and the group's offset waited 37.5 s, for as long as the helper lived
+    a, b, shared = _helper_with_chunks()
+    held = set(a.g._held)
+    a.g.paused([KEY])
+    assert a.g._held == set() and KEY not in a.child.cursors
+    released = {rec.chunks[0] for rec, _ in shared if rec.member == "a" and rec.kind == "release"}
+    assert released >= {ck[2:] for ck in held}
+    assert _read_every_chunk(b, 8)  # another member reads them
