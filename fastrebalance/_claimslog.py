@@ -319,6 +319,12 @@ class ClaimsLog:
         def shutdown() -> None:
             if producer is not None:
                 producer.flush(max(timeout_s - 1.0, 0.1))
+                # closed here, on this bounded thread, not destroyed whenever the garbage
+                # collector reaches it: a handle destroyed from a collection inside some
+                # later call froze a test worker with the GIL held (librdkafka's main
+                # thread spinning, the destroy joining it), minutes after its member closed
+                producer.purge()
+                producer.close()
             if reader is not None:
                 reader.close()
 
