@@ -94,7 +94,14 @@ def absorb_orphans(
         for tp in c.committed(tps, timeout=max(deadline - time.monotonic(), 0.1)):
             w = orphan_write(tp.offset, tp.metadata, orphans[(tp.topic, tp.partition)], max_bytes)
             if w is not None:
-                writes.append(TopicPartition(tp.topic, tp.partition, w.offset, metadata=w.metadata))
+                # metadata None (no token, no user string) is written as none, as by
+                # confluent-kafka; TopicPartition refuses metadata=None
+                if w.metadata is None:
+                    writes.append(TopicPartition(tp.topic, tp.partition, w.offset))
+                else:
+                    writes.append(
+                        TopicPartition(tp.topic, tp.partition, w.offset, metadata=w.metadata)
+                    )
         while writes:
             try:
                 c.commit(offsets=writes, asynchronous=False)
