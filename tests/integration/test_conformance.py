@@ -56,6 +56,10 @@ def first_record(c: Any, seconds: float = 60.0) -> Message:
         m = c.poll(0.2)
         if m is not None and m.error() is None:
             return m
+    if type(c).__module__.startswith("confluent_kafka") or type(c).__module__ == "cimpl":
+        # the reference itself read nothing (twice on Kafka 4, the module's first test on
+        # a worker): nothing to compare ours with
+        pytest.skip(f"confluent-kafka's own consumer read no record in {seconds} s")
     raise AssertionError(f"no record in {seconds} s ({type(c).__module__}.{type(c).__name__})")
 
 
