@@ -37,9 +37,9 @@ from ._arguments import timeout_s
 from ._child import Child
 from ._config import ParallelConfig
 from ._partitions import Assigned, Key, Partitions
-from ._routing import UNKNOWN_START
+from ._routing import UNKNOWN_START, Claim, Run
 
-__all__ = ["CHILD_SHARE", "Delivery"]
+__all__ = ["CHILD_SHARE", "Cut", "Delivery"]
 
 log = logging.getLogger("fastrebalance.consumer")
 
@@ -131,6 +131,19 @@ def hot_consume(self: Any, num_messages: int = 1, timeout: float = -1.0) -> list
     return d._consume_slow(num_messages, timeout)
 
 
+class Cut:
+    """One partition when the calls moved onto the hot path: the child's records handed
+    out before (``child``), and the primary's live ``run`` with its ``next`` then. A record
+    of that run at or past ``next`` was handed out after every one of them."""
+
+    __slots__ = ("child", "next", "run")
+
+    def __init__(self, run: Run, nxt: int, child: list[Claim]) -> None:
+        self.run = run
+        self.next = nxt
+        self.child = child
+
+
 class Delivery:
     """poll()/consume() over both streams, and what each stream handed out."""
 
@@ -179,6 +192,15 @@ class Delivery:
         # thread: hence the lock.
         self._in_transit: Counter[tuple[str, int, int]] = Counter()
         self._transit_lock = threading.Lock()
+        # Delivery order across streams, for commit(message=m) (see ``after_in_latest``):
+        # the records the latest call off the hot path returned (one reference per call,
+        # never per record), and whether no call ran on the hot path since (hot calls
+        # hand out the primary's records only, so they never add to the other streams).
+        self.latest: tuple[Message, ...] = ()
+        self.latest_only = False
+        #: per partition, the child's records handed out before the last move onto the
+        #: hot path, and where the primary's live run was then (see ``Cut``)
+        self.cuts: dict[Key, Cut] = {}
 
     # -- the hot-path flag ----------------------------------------------------------------
     def mark_due(self) -> None:
@@ -192,11 +214,59 @@ class Delivery:
         timer firing meanwhile always leaves it False."""
         p = self._p
         s = self._settings
+        was = self.steady
         self.steady = not (
             self._reading or p.unresolved or p.deferred or s.transactional or s.group_catchup
         )
         if self.due:
             self.steady = False
+        if self.steady and not was:
+            self._cut()
+
+    def _cut(self) -> None:
+        """The next calls may take the hot path, which records nothing: remember what the
+        child handed out so far, and where each primary run is, so that a commit of a
+        record the primary hands out from here can still claim the backlog before it."""
+        self.latest_only = False
+        assigned = self._p.assigned
+        keys = [k for k, a in assigned.items() if any(r.next > r.start for r in a.epoch.child)]
+        self.cuts = {}
+        if not keys:
+            return
+        self.observe(keys)
+        for key in keys:
+            epoch = assigned[key].epoch
+            live = epoch.live
+            if live.start == UNKNOWN_START:
+                continue
+            child = [c for c in epoch.handed_claims() if c.child]
+            self.cuts[key] = Cut(live, live.next, child)
+
+    def _handed(self, msgs: list[Message]) -> None:
+        """A call off the hot path returns ``msgs`` (never empty). Entered from the hot
+        path (``steady``), more hot calls may follow it unrecorded."""
+        self.latest = tuple(msgs)  # the caller's list is theirs to change
+        self.latest_only = not self.steady
+
+    def after_in_latest(self, key: Key, offset: int) -> tuple[list[int], bool] | None:
+        """Where the record at ``offset`` of ``key`` stands in delivery order, if the
+        latest call off the hot path returned it (else None): the offsets of ``key``'s
+        records that call returned after it, and whether no call ran on the hot path
+        since. Everything the child handed out of ``key`` so far came before it but for
+        those (the hot path hands out the primary's records only); so did everything the
+        primary handed out, if no hot call ran since."""
+        msgs = self.latest
+        topic, partition = key
+        for i, m in enumerate(msgs):
+            if m.offset() == offset and m.partition() == partition and m.topic() == topic:
+                after = [
+                    o
+                    for x in msgs[i + 1 :]
+                    if x.partition() == partition and x.topic() == topic
+                    and (o := x.offset()) is not None
+                ]  # fmt: skip
+                return after, self.latest_only
+        return None
 
     # -- poll() ---------------------------------------------------------------------------
     poll = hot_poll
@@ -219,16 +289,19 @@ class Delivery:
                     got = child.consume(1)
                     if got:
                         self._fair = 0
+                        self._handed(got)
                         return got[0]
                 m = self._admit(self._primary.poll(0))
                 if m is not None:
                     self._fair += 1
                     if self._p.unresolved:
                         self._resolve([m])
+                    self._handed([m])
                     return m
                 got = child.consume(1)
                 if got:
                     self._fair = 0
+                    self._handed(got)
                     return got[0]
                 wait = self._slice(deadline, _SLICE_S)
             else:
@@ -240,6 +313,7 @@ class Delivery:
                 self._fair += 1
                 if self._p.unresolved:
                     self._resolve([m])
+                self._handed([m])
                 return m
             now = time.monotonic()
 
@@ -326,7 +400,9 @@ class Delivery:
                 elif fresh:
                     self._fair += 1
                 if fresh or backlog:
-                    return fresh + backlog
+                    msgs = fresh + backlog
+                    self._handed(msgs)
+                    return msgs
                 wait = self._slice(deadline, _SLICE_S)
             else:
                 wait = self._slice(deadline, self._idle_slice())
@@ -335,6 +411,7 @@ class Delivery:
             msgs = self._batch(num, wait)
             if msgs:
                 self._fair += 1
+                self._handed(msgs)
                 return msgs
             now = time.monotonic()
 

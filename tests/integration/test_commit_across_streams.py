@@ -1,0 +1,154 @@
+"""commit(message=m), commit(offsets=[m.offset() + 1]) and store_offsets(message=m) with the
+auto-commit cover every record of m's partition handed out before m, whichever stream
+handed it out (issue 45, point 5): the everyday loop of a plain consumer, committing the
+last record it processed while fresh records keep arriving, moves the group's offset to
+the end of what it processed, with group-wide catch-up on and off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from fastrebalance.testing import KafkaCluster
+from fastrebalance.testing._groupchaos import prepare
+
+from .helpers import base_conf, group_offsets
+
+BACKLOG = 6_000
+STYLES = ("message", "offsets", "store")
+
+
+def _conf(bootstrap: str, group: str, style: str, group_catchup: bool) -> dict[str, Any]:
+    extra: dict[str, Any] = {
+        "parallel.rebalance.lag.threshold": 500,
+        "parallel.rebalance.group.catchup": group_catchup,
+        "parallel.rebalance.group.chunk.records": 1000,
+    }
+    if style == "store":
+        extra.update(
+            {
+                "enable.auto.commit": True,
+                "enable.auto.offset.store": False,
+                "auto.commit.interval.ms": 200,
+            }
+        )
+    return base_conf(bootstrap, group, **extra)
+
+
+@contextmanager
+def _fresh_records(bootstrap: str, topic: str) -> Iterator[threading.Event]:
+    """About 50 fresh records a second until the event is set."""
+    stop = threading.Event()
+
+    def run() -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        while not stop.wait(0.02):
+            p.produce(topic, value=b"fresh", partition=0)
+            p.poll(0)
+        p.flush(30)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        t.join(60)
+
+
+def _stored(bootstrap: str, group: str, topic: str) -> int:
+    return group_offsets(bootstrap, group, topic)[0]
+
+
+def _first_gap(seen: set[int]) -> int:
+    n = 0
+    while n in seen:
+        n += 1
+    return n
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("group_catchup", [False, True], ids=["core", "group"])
+@pytest.mark.parametrize("style", STYLES)
+def test_committing_the_last_record_covers_every_stream(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    style: str,
+    group_catchup: bool,
+) -> None:
+    from fastrebalance import Consumer
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = topic_factory(1)
+    prepare(bootstrap, topic, unique_group, BACKLOG)
+    c = Consumer(_conf(bootstrap, unique_group, style, group_catchup))
+    seen: set[int] = set()
+    last: list[Any] = []
+    since = 0
+
+    def commit() -> None:
+        m = last[0]
+        if style == "message":
+            c.commit(message=m, asynchronous=True)
+        elif style == "offsets":
+            c.commit(offsets=[TopicPartition(topic, 0, m.offset() + 1)], asynchronous=True)
+        else:
+            c.store_offsets(message=m)
+
+    def step() -> None:
+        nonlocal since
+        m = c.poll(0.1)
+        if m is None or m.error() is not None:
+            if last:
+                commit()
+            return
+        seen.add(m.offset())
+        last[:] = [m]
+        since += 1
+        if since >= 500:
+            since = 0
+            commit()
+
+    def check_safe(stored: int) -> None:
+        assert stored <= _first_gap(seen), (stored, _first_gap(seen))
+
+    try:
+        c.subscribe([topic])
+        with _fresh_records(bootstrap, topic):
+            deadline = time.monotonic() + 120
+            while not all(o in seen for o in range(BACKLOG)):
+                assert time.monotonic() < deadline, f"{len(seen)} records read"
+                step()
+            for _ in range(20):  # some fresh records after the backlog
+                step()
+        # the producer stopped: every record read; the offset must reach their end
+        end = _first_gap(seen)
+        deadline = time.monotonic() + 15
+        checked = 0.0
+        stored = -1
+        while True:
+            step()
+            end = _first_gap(seen)
+            if time.monotonic() >= checked + 0.5:
+                checked = time.monotonic()
+                stored = _stored(bootstrap, unique_group, topic)
+                check_safe(stored)
+                if stored >= end and end == max(seen) + 1:
+                    break
+            assert time.monotonic() < deadline, (
+                f"stored {stored}, processed up to {end} (max {max(seen)})",
+                c.catchup_status() if group_catchup else None,
+            )
+    finally:
+        c.close()
+    stored = _stored(bootstrap, unique_group, topic)
+    check_safe(stored)
+    assert stored == max(seen) + 1, (stored, max(seen) + 1)
