@@ -152,3 +152,79 @@ def test_committing_the_last_record_covers_every_stream(
     stored = _stored(bootstrap, unique_group, topic)
     check_safe(stored)
     assert stored == max(seen) + 1, (stored, max(seen) + 1)
+
+
+@contextmanager
+def _catching_up(cluster: KafkaCluster, topic: str, group: str) -> Iterator[Any]:
+    """A member reading a 6,000-record backlog (offsets below BACKLOG) while fresh records
+    arrive (BACKLOG and above)."""
+    from fastrebalance import Consumer
+
+    bootstrap = cluster.bootstrap_servers
+    prepare(bootstrap, topic, group, BACKLOG)
+    c = Consumer(_conf(bootstrap, group, "message", group_catchup=False))
+    try:
+        c.subscribe([topic])
+        with _fresh_records(bootstrap, topic):
+            yield c
+    finally:
+        c.close()
+
+
+def test_a_batch_commit_leaves_the_backlog_records_after_the_committed_one(
+    kafka_cluster: KafkaCluster, topic_factory: Callable[..., str], unique_group: str
+) -> None:
+    # consume() returns the fresh records first, then the child's: committing the last
+    # fresh record claims the backlog of earlier calls, and none of this batch's
+    topic = topic_factory(1)
+    with _catching_up(kafka_cluster, topic, unique_group) as c:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "no batch held fresh records, then backlog"
+            time.sleep(0.05)  # processing: fresh records queue up meanwhile
+            batch = [m for m in c.consume(50, 0.5) if m.error() is None]
+            fresh = [i for i, m in enumerate(batch) if m.offset() >= BACKLOG]
+            if fresh and fresh[0] > 0:
+                continue  # backlog first: not the case looked for
+            backlog = [m.offset() for m in batch[fresh[-1] + 1 :]] if fresh else []
+            if backlog and backlog[0] > 0:
+                break
+        c.commit(message=batch[fresh[-1]], asynchronous=False)
+        assert _stored(kafka_cluster.bootstrap_servers, unique_group, topic) == backlog[0]
+
+
+def test_committing_an_older_record_claims_nothing_handed_out_after_it(
+    kafka_cluster: KafkaCluster, topic_factory: Callable[..., str], unique_group: str
+) -> None:
+    # the seek-back recipe commits an older record: the backlog handed out since is not
+    # claimed by it (commit(message=), nor commit(offsets=) after it)
+    topic = topic_factory(1)
+    bootstrap = kafka_cluster.bootstrap_servers
+    with _catching_up(kafka_cluster, topic, unique_group) as c:
+        backlog: set[int] = set()
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "no fresh record after backlog records"
+            assert len(backlog) < BACKLOG - 200, "the backlog went by before a fresh record"
+            time.sleep(0.001)  # processing: fresh records arrive between backlog records
+            m = c.poll(0.5)
+            if m is None or m.error() is not None:
+                continue
+            if m.offset() < BACKLOG:
+                backlog.add(m.offset())
+            elif len(backlog) >= 10:
+                break
+        c.commit(message=m, asynchronous=False)
+        first = _stored(bootstrap, unique_group, topic)
+        assert first == _first_gap(backlog)  # the backlog before m, claimed with it
+        more = len(backlog) + 50
+        while len(backlog) < more:
+            assert time.monotonic() < deadline, f"{len(backlog)} backlog records read"
+            time.sleep(0.001)
+            n = c.poll(0.5)
+            if n is not None and n.error() is None and n.offset() < BACKLOG:
+                backlog.add(n.offset())
+        c.commit(message=m, asynchronous=False)
+        assert _stored(bootstrap, unique_group, topic) == first
+        c.commit(offsets=[TopicPartition(topic, 0, m.offset() + 1)], asynchronous=False)
+        assert _stored(bootstrap, unique_group, topic) == first
