@@ -348,7 +348,11 @@ class Committer:
             if found is not None:
                 points.append(found)
         elif offsets is not None:
-            points = [((t.topic, t.partition), t.offset - 1) for t in offsets if t.offset > 0]
+            points = [
+                ((t.topic, t.partition), t.offset - 1)
+                for t in offsets
+                if t.offset > 0 and self._after_a_record((t.topic, t.partition), t.offset)
+            ]
         core: dict[Key, list[Claim]] = {}
         chunks: dict[Key, list[Claim]] = {}
         for key, offset in points:
@@ -358,6 +362,22 @@ class Committer:
             if theirs:
                 chunks.setdefault(key, []).extend(theirs)
         return core, chunks
+
+    def _after_a_record(self, key: Key, offset: int) -> bool:
+        """Whether ``commit(offsets=[offset])`` is the offset after a record, as
+        ``commit(message=)`` of it: a chunk record's, a backlog record's that is no
+        position the primary was at too (the backlog's end F is also where the primary
+        starts: an application committing ``position()`` says F with no record meant), or
+        a record the primary handed out and no child."""
+        if self._group is not None and self._group.holds(key, offset - 1):
+            return True
+        history = self._p.history.get(key)
+        if history is None:
+            return False
+        self._delivery.observe([key])
+        if history.child_offset_claim(offset) is not None:
+            return True
+        return history.primary_only(offset - 1)
 
     def _earlier(self, key: Key, offset: int) -> tuple[list[Claim], list[Claim]]:
         """The records of ``key`` every stream handed out before the record at ``offset``,
