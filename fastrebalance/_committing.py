@@ -346,7 +346,8 @@ class Committer:
             except KafkaException:
                 found = None  # the call raises its own error for it
             if found is not None:
-                points.append(found)
+                mine, theirs = self._earlier(*found, message)
+                return ({found[0]: mine} if mine else {}), ({found[0]: theirs} if theirs else {})
         elif offsets is not None:
             points = [
                 ((t.topic, t.partition), t.offset - 1)
@@ -379,7 +380,9 @@ class Committer:
             return True
         return history.primary_only(offset - 1)
 
-    def _earlier(self, key: Key, offset: int) -> tuple[list[Claim], list[Claim]]:
+    def _earlier(
+        self, key: Key, offset: int, message: Message | None = None
+    ) -> tuple[list[Claim], list[Claim]]:
         """The records of ``key`` every stream handed out before the record at ``offset``,
         when its place in delivery order is known: it came in the latest call off the hot
         path (what that call returned after it is left out, and the primary's records if
@@ -387,10 +390,12 @@ class Committer:
         path (the child's records handed out before that move). Otherwise nothing: an
         older record (the seek-back recipe) claims its own stream alone, as before."""
         d = self._delivery
-        placed = d.after_in_latest(key, offset)
+        placed = d.after_in_latest(key, offset, message)
+        if placed is not None and not placed[2] and self._deliveries(key, offset) != 1:
+            placed = None  # delivered twice: which delivery the offset means is not known
         if placed is None:
             return self._after_cut(key, offset), []
-        after, primary_too = placed
+        after, primary_too, _ = placed
         limit = d.transit_limits().get(key)
         if limit is not None:
             after.append(limit)
@@ -401,6 +406,22 @@ class Committer:
             core = [c for c in a.epoch.handed_claims() if c.child or primary_too]
         chunks = self._group.handed_of(key) if self._group is not None else []
         return _before(core, after), _before(chunks, after)
+
+    def _deliveries(self, key: Key, offset: int) -> int:
+        """How many remembered runs (the core's and the helper's) may have handed out
+        ``offset`` of ``key``; 2 if a forgotten one may have."""
+        n = 0
+        histories = [self._p.history.get(key)]
+        if self._group is not None:
+            histories.append(self._group.history_of(key))
+        for history in histories:
+            if history is None:
+                continue
+            if offset in history.forgotten:
+                return 2
+            for epoch in history.epochs:
+                n += sum(r.holds(offset) for r in (*epoch.primary, *epoch.child))
+        return n
 
     def _after_cut(self, key: Key, offset: int) -> list[Claim]:
         """A record the primary handed out after the last move onto the hot path, and

@@ -248,25 +248,39 @@ class Delivery:
         self.latest = tuple(msgs)  # the caller's list is theirs to change
         self.latest_only = not self.steady
 
-    def after_in_latest(self, key: Key, offset: int) -> tuple[list[int], bool] | None:
-        """Where the record at ``offset`` of ``key`` stands in delivery order, if the
-        latest call off the hot path returned it (else None): the offsets of ``key``'s
-        records that call returned after it, and whether no call ran on the hot path
-        since. Everything the child handed out of ``key`` so far came before it but for
-        those (the hot path hands out the primary's records only); so did everything the
-        primary handed out, if no hot call ran since."""
+    def after_in_latest(
+        self, key: Key, offset: int, message: Message | None = None
+    ) -> tuple[list[int], bool, bool] | None:
+        """Where a record stands in delivery order, if the latest call off the hot path
+        returned it (else None): the offsets of ``key``'s records that call returned after
+        it, whether no call ran on the hot path since, and whether it is ``message`` itself
+        (else the record at ``offset``, which may have been delivered before too).
+        Everything the child handed out of ``key`` so far came before it but for those
+        (the hot path hands out the primary's records only); so did everything the primary
+        handed out, if no hot call ran since."""
         msgs = self.latest
         topic, partition = key
-        for i, m in enumerate(msgs):
-            if m.offset() == offset and m.partition() == partition and m.topic() == topic:
-                after = [
-                    o
-                    for x in msgs[i + 1 :]
-                    if x.partition() == partition and x.topic() == topic
-                    and (o := x.offset()) is not None
-                ]  # fmt: skip
-                return after, self.latest_only
-        return None
+        found = None
+        if message is not None:
+            found = next((i for i, m in enumerate(msgs) if m is message), None)
+        itself = found is not None
+        if found is None:
+            found = next(
+                (
+                    i
+                    for i, m in enumerate(msgs)
+                    if m.offset() == offset and m.partition() == partition and m.topic() == topic
+                ),
+                None,
+            )
+        if found is None:
+            return None
+        after = [
+            o
+            for x in msgs[found + 1 :]
+            if x.partition() == partition and x.topic() == topic and (o := x.offset()) is not None
+        ]
+        return after, self.latest_only, itself
 
     # -- poll() ---------------------------------------------------------------------------
     poll = hot_poll

@@ -50,9 +50,18 @@ def _m(partition: int, offset: int) -> Message:
 def test_the_records_after_one_in_the_latest_call_are_those_of_its_partition() -> None:
     # consume(): fresh records first (offsets 500, 501), then the child's (10, 11)
     d = _delivery([_m(0, 500), _m(1, 7), _m(0, 501), _m(0, 10), _m(0, 11)], True)
-    assert d.after_in_latest(("t", 0), 501) == ([10, 11], True)
-    assert d.after_in_latest(("t", 0), 11) == ([], True)
-    assert d.after_in_latest(("t", 1), 7) == ([], True)
+    assert d.after_in_latest(("t", 0), 501) == ([10, 11], True, False)
+    assert d.after_in_latest(("t", 0), 11) == ([], True, False)
+    assert d.after_in_latest(("t", 1), 7) == ([], True, False)
+
+
+def test_a_record_delivered_twice_is_told_apart_by_the_message_itself() -> None:
+    again = _m(0, 10)
+    d = _delivery([_m(0, 10), _m(0, 11), again], True)
+    assert d.after_in_latest(("t", 0), 10, again) == ([], True, True)
+    # the offset alone names its first delivery in the call: the later ones follow it
+    assert d.after_in_latest(("t", 0), 10) == ([11, 10], True, False)
+    assert d.after_in_latest(("t", 0), 10, _m(0, 10)) == ([11, 10], True, False)
 
 
 def test_a_record_not_in_the_latest_call_has_no_known_place() -> None:
@@ -60,4 +69,4 @@ def test_a_record_not_in_the_latest_call_has_no_known_place() -> None:
     assert d.after_in_latest(("t", 0), 499) is None
     assert d.after_in_latest(("t", 1), 500) is None
     # hot calls since: the primary's records may follow it
-    assert d.after_in_latest(("t", 0), 500) == ([], False)
+    assert d.after_in_latest(("t", 0), 500) == ([], False, False)
