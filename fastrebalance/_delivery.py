@@ -230,7 +230,7 @@ class Delivery:
         self.latest_only = False
         assigned = self._p.assigned
         keys = [k for k, a in assigned.items() if any(r.next > r.start for r in a.epoch.child)]
-        self.cuts = {}
+        old, self.cuts = self.cuts, {}
         if not keys:
             return
         self.observe(keys)
@@ -240,6 +240,13 @@ class Delivery:
             if live.start == UNKNOWN_START:
                 continue
             child = [c for c in epoch.handed_claims() if c.child]
+            before = old.get(key)
+            if before is not None and before.run is live and before.child == child:
+                # nothing handed out by the child since the earlier move (the auto-commit
+                # takes a call off the hot path every interval): the earlier point stands,
+                # or a record handed out since it would lose the backlog before it
+                self.cuts[key] = before
+                continue
             self.cuts[key] = Cut(live, live.next, child)
 
     def _handed(self, msgs: list[Message]) -> None:
