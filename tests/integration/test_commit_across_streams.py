@@ -25,7 +25,9 @@ BACKLOG = 6_000
 STYLES = ("message", "offsets", "store")
 
 
-def _conf(bootstrap: str, group: str, style: str, group_catchup: bool) -> dict[str, Any]:
+def _conf(
+    bootstrap: str, group: str, style: str, group_catchup: bool, protocol: str = "classic"
+) -> dict[str, Any]:
     extra: dict[str, Any] = {
         "parallel.rebalance.lag.threshold": 500,
         "parallel.rebalance.group.catchup": group_catchup,
@@ -39,7 +41,12 @@ def _conf(bootstrap: str, group: str, style: str, group_catchup: bool) -> dict[s
                 "auto.commit.interval.ms": 200,
             }
         )
-    return base_conf(bootstrap, group, **extra)
+    conf = base_conf(bootstrap, group, **extra)
+    if protocol == "consumer":  # the client refuses classic-only keys under KIP-848
+        conf["group.protocol"] = "consumer"
+        for key in ("session.timeout.ms", "heartbeat.interval.ms"):
+            conf.pop(key)
+    return conf
 
 
 @contextmanager
@@ -75,21 +82,26 @@ def _first_gap(seen: set[int]) -> int:
 
 
 @pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 @pytest.mark.parametrize("group_catchup", [False, True], ids=["core", "group"])
 @pytest.mark.parametrize("style", STYLES)
 def test_committing_the_last_record_covers_every_stream(
     kafka_cluster: KafkaCluster,
     topic_factory: Callable[..., str],
     unique_group: str,
+    kip848: tuple[bool, str],
     style: str,
     group_catchup: bool,
+    protocol: str,
 ) -> None:
     from fastrebalance import Consumer
 
+    if protocol == "consumer" and not kip848[0]:
+        pytest.skip(kip848[1])
     bootstrap = kafka_cluster.bootstrap_servers
     topic = topic_factory(1)
     prepare(bootstrap, topic, unique_group, BACKLOG)
-    c = Consumer(_conf(bootstrap, unique_group, style, group_catchup))
+    c = Consumer(_conf(bootstrap, unique_group, style, group_catchup, protocol))
     seen: set[int] = set()
     last: list[Any] = []
     since = 0
