@@ -384,13 +384,13 @@ class Committer:
         self, key: Key, offset: int, message: Message | None = None
     ) -> tuple[list[Claim], list[Claim]]:
         """The records of ``key`` every stream handed out before the record at ``offset``,
-        when its place in delivery order is known: it came in the latest call off the hot
-        path (what that call returned after it is left out, and the primary's records if
-        hot calls ran since), or from the primary's run after the last move onto the hot
+        when its place in delivery order is known: a recent call off the hot path returned
+        it (what was returned after it is left out, and the primary's records if hot calls
+        ran since), or from the primary's run after the last move onto the hot
         path (the child's records handed out before that move). Otherwise nothing: an
         older record (the seek-back recipe) claims its own stream alone, as before."""
         d = self._delivery
-        placed = d.after_in_latest(key, offset, message)
+        placed = d.place(key, offset, message)
         if placed is not None and not placed[2] and self._deliveries(key, offset) != 1:
             placed = None  # delivered twice: which delivery the offset means is not known
         if placed is None:

@@ -26,7 +26,7 @@ import logging
 import operator
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -49,6 +49,10 @@ CHILD_SHARE = 8
 #: Records the primary's consume() returned that are kept for a revoke inside a later
 #: consume() (see ``credit_returned``) before the primary's position is read instead.
 _RETURNED_MAX = 4096
+#: Records of the recent calls kept to place a committed record in delivery order (and
+#: always the latest call's, however many): a commit of an older one claims its own
+#: stream alone.
+_WINDOW = 4096
 #: Longest single wait on the primary while the child may have records, seconds.
 _SLICE_S = 0.01
 #: Longest single wait on the primary when the child is idle: a rebalance inside
@@ -192,12 +196,15 @@ class Delivery:
         # thread: hence the lock.
         self._in_transit: Counter[tuple[str, int, int]] = Counter()
         self._transit_lock = threading.Lock()
-        # Delivery order across streams, for commit(message=m) (see ``after_in_latest``):
-        # the records the latest call off the hot path returned (one reference per call,
-        # never per record), and whether no call ran on the hot path since (hot calls
-        # hand out the primary's records only, so they never add to the other streams).
-        self.latest: tuple[Message, ...] = ()
-        self.latest_only = False
+        # Delivery order across streams, for commit(message=m) (see ``place``): the records
+        # the recent calls off the hot path returned (a reference per call, never per
+        # record; at least the latest call, at most _WINDOW records), how many calls were
+        # recorded, and from which call on no hot call ran since (hot calls hand out the
+        # primary's records only, so they never add to the other streams).
+        self._calls: deque[tuple[Message, ...]] = deque()
+        self._window = 0
+        self._ncalls = 0
+        self._hot_from = 0
         #: per partition, the child's records handed out before the last move onto the
         #: hot path, and where the primary's live run was then (see ``Cut``)
         self.cuts: dict[Key, Cut] = {}
@@ -227,7 +234,7 @@ class Delivery:
         """The next calls may take the hot path, which records nothing: remember what the
         child handed out so far, and where each primary run is, so that a commit of a
         record the primary hands out from here can still claim the backlog before it."""
-        self.latest_only = False
+        self._hot_from = self._ncalls
         assigned = self._p.assigned
         keys = [k for k, a in assigned.items() if any(r.next > r.start for r in a.epoch.child)]
         old, self.cuts = self.cuts, {}
@@ -252,42 +259,63 @@ class Delivery:
     def _handed(self, msgs: list[Message]) -> None:
         """A call off the hot path returns ``msgs`` (never empty). Entered from the hot
         path (``steady``), more hot calls may follow it unrecorded."""
-        self.latest = tuple(msgs)  # the caller's list is theirs to change
-        self.latest_only = not self.steady
+        calls = self._calls
+        calls.append(tuple(msgs))  # the caller's list is theirs to change
+        self._window += len(msgs)
+        self._ncalls += 1
+        while self._window > _WINDOW and len(calls) > 1:
+            self._window -= len(calls.popleft())
+        if self.steady:
+            self._hot_from = self._ncalls
 
-    def after_in_latest(
+    def place(
         self, key: Key, offset: int, message: Message | None = None
     ) -> tuple[list[int], bool, bool] | None:
-        """Where a record stands in delivery order, if the latest call off the hot path
-        returned it (else None): the offsets of ``key``'s records that call returned after
-        it, whether no call ran on the hot path since, and whether it is ``message`` itself
-        (else the record at ``offset``, which may have been delivered before too).
-        Everything the child handed out of ``key`` so far came before it but for those
-        (the hot path hands out the primary's records only); so did everything the primary
-        handed out, if no hot call ran since."""
-        msgs = self.latest
+        """Where a record stands in delivery order, if a recent call off the hot path
+        returned it (else None): the offsets of ``key``'s records returned after it (by
+        that call and the later ones), whether no hot call ran since, and whether it is
+        ``message`` itself (else the record at ``offset``, which may have been delivered
+        before too). Everything the child handed out of ``key`` so far came before it but
+        for those (the hot path hands out the primary's records only); so did everything
+        the primary handed out, if no hot call ran since."""
         topic, partition = key
         found = None
         if message is not None:
-            found = next((i for i, m in enumerate(msgs) if m is message), None)
+            found = self._find(key, lambda m: m is message)
         itself = found is not None
         if found is None:
-            found = next(
-                (
-                    i
-                    for i, m in enumerate(msgs)
-                    if m.offset() == offset and m.partition() == partition and m.topic() == topic
-                ),
-                None,
-            )
+            found = self._find(
+                key,
+                lambda m: m.offset() == offset and m.partition() == partition
+                and m.topic() == topic,
+            )  # fmt: skip
         if found is None:
             return None
-        after = [
-            o
-            for x in msgs[found + 1 :]
-            if x.partition() == partition and x.topic() == topic and (o := x.offset()) is not None
-        ]
-        return after, self.latest_only, itself
+        number, after = found
+        return after, number >= self._hot_from, itself
+
+    def _find(
+        self, key: Key, match: Callable[[Message], bool]
+    ) -> tuple[int, list[int]] | None:
+        """The newest recorded call that returned a record ``match`` accepts (its number)
+        and the offsets of ``key``'s records returned after that record."""
+        topic, partition = key
+        later: list[int] = []
+        calls = self._calls
+        for back in range(len(calls)):
+            msgs = calls[-1 - back]
+            at = next((i for i in range(len(msgs) - 1, -1, -1) if match(msgs[i])), None)
+            mine = [
+                (i, o)
+                for i, x in enumerate(msgs)
+                if x.partition() == partition and x.topic() == topic
+                and (o := x.offset()) is not None
+            ]  # fmt: skip
+            if at is None:
+                later += [o for _, o in mine]
+                continue
+            return self._ncalls - 1 - back, [o for i, o in mine if i > at] + later
+        return None
 
     # -- poll() ---------------------------------------------------------------------------
     poll = hot_poll

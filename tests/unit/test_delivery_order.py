@@ -3,6 +3,8 @@ claim of the other streams' records, from the latest call's records, without Kaf
 
 from __future__ import annotations
 
+from collections import deque
+
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,10 +38,15 @@ def test_a_claim_stops_at_the_first_record_handed_out_after(
     )
 
 
-def _delivery(latest: list[Message], latest_only: bool) -> Delivery:
+def _delivery(*calls: list[Message], hot_since: bool = False) -> Delivery:
+    """A Delivery whose calls off the hot path returned ``calls``, in order."""
     d = Delivery.__new__(Delivery)
-    d.latest = tuple(latest)
-    d.latest_only = latest_only
+    d._calls, d._window, d._ncalls, d._hot_from = deque(), 0, 0, 0
+    d.steady = False
+    for msgs in calls:
+        d._handed(msgs)
+    if hot_since:
+        d._hot_from = d._ncalls  # as a move onto the hot path does
     return d
 
 
@@ -49,24 +56,41 @@ def _m(partition: int, offset: int) -> Message:
 
 def test_the_records_after_one_in_the_latest_call_are_those_of_its_partition() -> None:
     # consume(): fresh records first (offsets 500, 501), then the child's (10, 11)
-    d = _delivery([_m(0, 500), _m(1, 7), _m(0, 501), _m(0, 10), _m(0, 11)], True)
-    assert d.after_in_latest(("t", 0), 501) == ([10, 11], True, False)
-    assert d.after_in_latest(("t", 0), 11) == ([], True, False)
-    assert d.after_in_latest(("t", 1), 7) == ([], True, False)
+    d = _delivery([_m(0, 500), _m(1, 7), _m(0, 501), _m(0, 10), _m(0, 11)])
+    assert d.place(("t", 0), 501) == ([10, 11], True, False)
+    assert d.place(("t", 0), 11) == ([], True, False)
+    assert d.place(("t", 1), 7) == ([], True, False)
+
+
+def test_the_records_of_later_calls_come_after_it() -> None:
+    # poll(): one record a call; the last record of each partition is placed after all
+    # that came before it, and before what came after
+    d = _delivery([_m(0, 500)], [_m(1, 7)], [_m(0, 10)], [_m(1, 8)])
+    assert d.place(("t", 0), 10) == ([], True, False)
+    assert d.place(("t", 0), 500) == ([10], True, False)
+    assert d.place(("t", 1), 7) == ([8], True, False)
 
 
 def test_a_record_delivered_twice_is_told_apart_by_the_message_itself() -> None:
-    again = _m(0, 10)
-    d = _delivery([_m(0, 10), _m(0, 11), again], True)
-    assert d.after_in_latest(("t", 0), 10, again) == ([], True, True)
-    # the offset alone names its first delivery in the call: the later ones follow it
-    assert d.after_in_latest(("t", 0), 10) == ([11, 10], True, False)
-    assert d.after_in_latest(("t", 0), 10, _m(0, 10)) == ([11, 10], True, False)
+    first, again = _m(0, 10), _m(0, 10)
+    d = _delivery([first, _m(0, 11)], [again])
+    assert d.place(("t", 0), 10, again) == ([], True, True)
+    assert d.place(("t", 0), 10, first) == ([11, 10], True, True)
+    # the offset alone (a Message built again): the newest delivery; the commit path then
+    # extends nothing, for two runs handed the offset out (Committer._deliveries)
+    assert d.place(("t", 0), 10, _m(0, 10)) == ([], True, False)
 
 
-def test_a_record_not_in_the_latest_call_has_no_known_place() -> None:
-    d = _delivery([_m(0, 500)], False)
-    assert d.after_in_latest(("t", 0), 499) is None
-    assert d.after_in_latest(("t", 1), 500) is None
+def test_a_record_not_in_the_recent_calls_has_no_known_place() -> None:
+    d = _delivery([_m(0, 500)], hot_since=True)
+    assert d.place(("t", 0), 499) is None
+    assert d.place(("t", 1), 500) is None
     # hot calls since: the primary's records may follow it
-    assert d.after_in_latest(("t", 0), 500) == ([], False, False)
+    assert d.place(("t", 0), 500) == ([], False, False)
+
+
+def test_the_window_keeps_the_latest_call_whatever_its_size() -> None:
+    big = [_m(0, o) for o in range(5000)]
+    d = _delivery([_m(0, 9000)], big)
+    assert d.place(("t", 0), 9000) is None  # dropped: the window is full
+    assert d.place(("t", 0), 4998) == ([4999], True, False)
