@@ -50,14 +50,17 @@ def _conf(
 
 
 @contextmanager
-def _fresh_records(bootstrap: str, topic: str) -> Iterator[threading.Event]:
-    """About 50 fresh records a second until the event is set."""
+def _fresh_records(
+    bootstrap: str, topic: str, partitions: int = 1
+) -> Iterator[threading.Event]:
+    """About 50 fresh records a second per partition until the event is set."""
     stop = threading.Event()
 
     def run() -> None:
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         while not stop.wait(0.02):
-            p.produce(topic, value=b"fresh", partition=0)
+            for partition in range(partitions):
+                p.produce(topic, value=b"fresh", partition=partition)
             p.poll(0)
         p.flush(30)
 
@@ -240,3 +243,86 @@ def test_committing_an_older_record_claims_nothing_handed_out_after_it(
         assert _stored(bootstrap, unique_group, topic) == first
         c.commit(offsets=[TopicPartition(topic, 0, m.offset() + 1)], asynchronous=False)
         assert _stored(bootstrap, unique_group, topic) == first
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("group_catchup", [False, True], ids=["core", "group"])
+def test_committing_each_partitions_last_record_covers_every_stream(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    kip848: tuple[bool, str],
+    group_catchup: bool,
+    protocol: str,
+) -> None:
+    # poll() hands out one record a call: the last record of each partition is mostly
+    # not the latest call's, and its commit still covers the other streams before it
+    from fastrebalance import Consumer
+
+    if protocol == "consumer" and not kip848[0]:
+        pytest.skip(kip848[1])
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = topic_factory(2)
+    half = BACKLOG // 2
+    for partition in (0, 1):
+        prepare(bootstrap, topic, unique_group, half, partition)
+    c = Consumer(_conf(bootstrap, unique_group, "message", group_catchup, protocol))
+    seen: dict[int, set[int]] = {0: set(), 1: set()}
+    last: dict[int, Any] = {}
+    since = 0
+
+    def commit() -> None:
+        for m in last.values():
+            c.commit(message=m, asynchronous=True)
+
+    def step() -> None:
+        nonlocal since
+        m = c.poll(0.1)
+        if m is None or m.error() is not None:
+            commit()
+            return
+        seen[m.partition()].add(m.offset())
+        last[m.partition()] = m
+        since += 1
+        if since >= 500:
+            since = 0
+            commit()
+
+    def stored() -> list[int]:
+        got = group_offsets(bootstrap, unique_group, topic, 2)
+        for partition in (0, 1):
+            assert got[partition] <= _first_gap(seen[partition]), (partition, got)
+        return got
+
+    def done() -> bool:
+        return all(
+            _first_gap(seen[p]) == max(seen[p]) + 1 == got
+            for p, got in zip((0, 1), stored(), strict=True)
+        )
+
+    try:
+        c.subscribe([topic])
+        with _fresh_records(bootstrap, topic, partitions=2):
+            deadline = time.monotonic() + 120
+            while not all(all(o in seen[p] for o in range(half)) for p in (0, 1)):
+                assert time.monotonic() < deadline, [len(seen[p]) for p in (0, 1)]
+                step()
+            for _ in range(20):
+                step()
+        deadline = time.monotonic() + 15
+        checked = 0.0
+        while True:
+            step()
+            if time.monotonic() >= checked + 0.5:
+                checked = time.monotonic()
+                if done():
+                    break
+            assert time.monotonic() < deadline, (
+                stored(),
+                [max(seen[p]) + 1 for p in (0, 1)],
+                c.catchup_status() if group_catchup else None,
+            )
+    finally:
+        c.close()
+    assert stored() == [max(seen[p]) + 1 for p in (0, 1)]
