@@ -390,6 +390,9 @@ class Committer:
         path (the child's records handed out before that move). Otherwise nothing: an
         older record (the seek-back recipe) claims its own stream alone, as before."""
         d = self._delivery
+        a = self._p.assigned.get(key)
+        if a is not None:
+            d.observe([key])  # the primary's live run, before anything reads its runs
         placed = d.place(key, offset, message)
         if placed is not None and not placed[2] and self._deliveries(key, offset) != 1:
             placed = None  # delivered twice: which delivery the offset means is not known
@@ -400,9 +403,7 @@ class Committer:
         if limit is not None:
             after.append(limit)
         core: list[Claim] = []
-        a = self._p.assigned.get(key)
         if a is not None:
-            d.observe([key])
             core = [c for c in a.epoch.handed_claims() if c.child or primary_too]
         chunks = self._group.handed_of(key) if self._group is not None else []
         return _before(core, after), _before(chunks, after)
