@@ -1,5 +1,5 @@
 """Delivery order across streams (issue 45, point 5): what a commit of one record may
-claim of the other streams' records, from the latest call's records, without Kafka."""
+claim of the other streams' records, from the recent calls' records, without Kafka."""
 
 from __future__ import annotations
 
