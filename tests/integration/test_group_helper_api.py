@@ -173,11 +173,6 @@ def test_seek_back_to_a_chunk_record_delivers_it_again(
 ) -> None:
     # issue 45: api.md's recipe, commit the last good record and seek() back to the bad one,
     # on a record the helper read for the group raised KafkaException(_UNKNOWN_PARTITION)
-    if kafka_cluster.kind != "embedded":
-        pytest.skip(
-            "open (issue 45): on Apache Kafka 3.9 and 4 the record sought back to was not "
-            "delivered again within 60 s in a fresh-clone run; passes on the embedded cluster"
-        )
     topic = topic_factory(1)
     with _owner_and_helper(kafka_cluster, topic, unique_group, protocol, kip848) as (
         owner,
