@@ -652,8 +652,14 @@ class Consumer:
             )
         else:
             if self._group is not None and self._group.orphans:
-                # out of the group now: done chunks of partitions no member owns (_orphans)
-                self._group.absorb_orphans(min(5.0, self._commit_timeout_s))
+                # out of the group now: done chunks of partitions no member owns (_orphans);
+                # members of this host proven dead are removed first if they are all the
+                # group still lists (one SIGKILLed while it owned such a partition)
+                recovery = self._recovery
+                self._group.absorb_orphans(
+                    min(5.0, self._commit_timeout_s),
+                    recovery.remove_dead_now if recovery is not None else None,
+                )
         finally:
             if self._recovery is not None:  # still in the group unless it left: stays dead
                 self._recovery.close(left)

@@ -961,13 +961,18 @@ class GroupCatchup:
                 }
         self._log.close(timeout_s)
 
-    def absorb_orphans(self, timeout_s: float) -> None:
+    def absorb_orphans(
+        self, timeout_s: float, remove_dead: Callable[[float], bool] | None = None
+    ) -> None:
         """Once this member has left the group (its primary closed): the done chunks of
         partitions it helped with but did not own, absorbed into the group's offset if
-        the group has no member left to do it (``_orphans``)."""
+        the group has no member left to do it, once those of its members proven dead are
+        removed (``remove_dead``, see ``_orphans``)."""
         orphans, self.orphans = self.orphans, {}
         try:
-            absorb_orphans(self._conf, orphans, self._settings.metadata_max_bytes, timeout_s)
+            absorb_orphans(
+                self._conf, orphans, self._settings.metadata_max_bytes, timeout_s, remove_dead
+            )
         except (KafkaException, RuntimeError) as exc:
             log.warning("done chunks of partitions no member owns stay for the next owner "
                         "to absorb: %s", exc)  # fmt: skip
