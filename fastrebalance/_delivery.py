@@ -71,7 +71,8 @@ def _transit_entries(got: Any) -> list[tuple[str, int, int]]:
 
 
 def hot_poll(self: Any, timeout: float = -1.0) -> Message | None:
-    """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog.
+    """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog. None
+    of a partition revoked inside the call, as from ``consume()``.
 
     ``timeout`` in seconds, negative: no limit (confluent-kafka's default; ``None`` is a
     ``TypeError`` there and here)."""
@@ -99,6 +100,10 @@ def hot_poll(self: Any, timeout: float = -1.0) -> Message | None:
                 m = d._primary_poll(IDLE_SLICE_S)
                 if m is None:
                     return d._poll_slow(timeout if timeout is None else _after_a_slice(timeout))
+        if d._p.revoked_in_call:  # a revoke served inside the call: m may be of it
+            m = d._admit(m)
+            if m is None:
+                return d._poll_slow(timeout)
         # A rebalance callback inside the call may have begun a run of unknown start:
         # m may be its first record, which says where it starts.
         if d._p.unresolved:

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from fastrebalance._config import ParallelConfig
-from fastrebalance._delivery import Delivery
+from fastrebalance._delivery import Delivery, hot_poll
 from fastrebalance._ledger import Ledger
 from fastrebalance._partitions import Partitions
 
@@ -35,8 +35,8 @@ class _IdleChild:
     _cursors: dict[Any, Any] = {}
 
 
-def _delivery(primary: _Primary, p: Partitions) -> Delivery:
-    settings = ParallelConfig(enabled=True, group_catchup=True)
+def _delivery(primary: _Primary, p: Partitions, group_catchup: bool = True) -> Delivery:
+    settings = ParallelConfig(enabled=True, group_catchup=group_catchup)
     return Delivery(primary, _IdleChild(), p, settings, lambda now: None)  # type: ignore[arg-type]
 
 
@@ -55,6 +55,18 @@ def test_poll_hands_out_no_record_of_a_partition_revoked_inside_the_call() -> No
     m = d._poll_slow(5.0)  # X's record, after X's revoke, is not handed out: Y's is
     assert m is not None and (m.topic(), m.offset()) == ("y", 130)
     assert not p.revoked_in_call
+
+
+def test_the_hot_path_of_poll_drops_it_too() -> None:
+    p = Partitions()
+    for key in (X0, Y0):
+        p.open(key, Ledger(100), 100, 100)
+    d = _delivery(
+        _Primary([_record(X0, 120), _record(Y0, 130)], lambda: p.retire([X0])), p, False
+    )
+    assert d.steady  # no catch-up, nothing waits: poll() is librdkafka's call and a check
+    m = hot_poll(d, 5.0)
+    assert m is not None and (m.topic(), m.offset()) == ("y", 130)
 
 
 def test_poll_hands_out_the_records_of_a_partition_assigned_again() -> None:
