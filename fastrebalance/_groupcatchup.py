@@ -100,7 +100,9 @@ class _Helped:
     """One partition as a helper sees it: the chunks it holds and what its application
     committed of them, the child's runs (what was handed out), and the reading queue."""
 
-    __slots__ = ("chain", "cursor", "epoch", "history", "ledger", "queue", "runs", "staged")
+    __slots__ = (
+        "chain", "cursor", "epoch", "history", "ledger", "queue", "rewound", "runs", "staged",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         #: U = the held chunks' offsets not yet committed (position: nowhere)
@@ -114,6 +116,10 @@ class _Helped:
         self.cursor: Ledger | None = None
         self.runs: dict[ChunkKey, Run] = {}  #: the child run that read each chunk
         self.staged: list[Claim] = []  #: store_offsets() of its records, for the next commit
+        #: offsets the child handed out before a seek back below them (``seek_back``): no
+        #: run claims them any more, but a late commit of one of those records is still a
+        #: chunk record's (it claims itself alone), never a write into the group
+        self.rewound = RangeSet()
 
 
 class GroupCatchup:
@@ -599,6 +605,13 @@ class GroupCatchup:
         if not chunks or chunks[0][2] > offset:
             return False
         self._give_back(chunks, f"the application sought back to {offset}")
+        # what the child handed out from there on is to be delivered again: a bare commit
+        # must not claim it. Kept claimable, it was: this member won the chunk back, and its
+        # next bare commit declared the sought record done before it was read again (on
+        # Apache Kafka 3.9 and 4 it was never delivered again, issue 45)
+        h = self._helped[key]
+        for s, e in h.history.unhand_child(offset):
+            h.rewound.add(s, e)
         return True
 
     def _drop(self, ck: ChunkKey, why: str, lost: bool = True) -> None:
@@ -810,7 +823,11 @@ class GroupCatchup:
         h = self._helped.get(key)
         if h is None:
             return False
-        return offset in h.history.forgotten or any(r.holds(offset) for r in h.epoch.child)
+        return (
+            offset in h.history.forgotten
+            or offset in h.rewound
+            or any(r.holds(offset) for r in h.epoch.child)
+        )
 
     def split(self, messages: Sequence[Message]) -> tuple[dict[Key, list[Claim]], list[Message]]:
         """The claims of the chunk records among ``messages``, and the other records."""
@@ -944,13 +961,18 @@ class GroupCatchup:
                 }
         self._log.close(timeout_s)
 
-    def absorb_orphans(self, timeout_s: float) -> None:
+    def absorb_orphans(
+        self, timeout_s: float, remove_dead: Callable[[float], bool] | None = None
+    ) -> None:
         """Once this member has left the group (its primary closed): the done chunks of
         partitions it helped with but did not own, absorbed into the group's offset if
-        the group has no member left to do it (``_orphans``)."""
+        the group has no member left to do it, once those of its members proven dead are
+        removed (``remove_dead``, see ``_orphans``)."""
         orphans, self.orphans = self.orphans, {}
         try:
-            absorb_orphans(self._conf, orphans, self._settings.metadata_max_bytes, timeout_s)
+            absorb_orphans(
+                self._conf, orphans, self._settings.metadata_max_bytes, timeout_s, remove_dead
+            )
         except (KafkaException, RuntimeError) as exc:
             log.warning("done chunks of partitions no member owns stay for the next owner "
                         "to absorb: %s", exc)  # fmt: skip

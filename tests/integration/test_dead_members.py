@@ -268,3 +268,71 @@ def test_a_failed_removal_costs_only_the_old_wait(
         assert b.catchup_metrics()["dead_members"]["failed"] == 1
     finally:
         b.close()
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "kip848-consumer"])
+def test_a_helper_closing_while_the_killed_owner_is_still_listed_writes_its_done_chunks(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+    protocol: str,
+) -> None:
+    # issue 45 (adversary on Kafka 3.9): the owner of a partition was SIGKILLed mid
+    # catch-up; a helper read the rest of its backlog, committed it and closed cleanly.
+    # Its write of the done chunks from outside the group was refused while the dead owner
+    # was still listed, and not tried again: once the owner's session expired the group
+    # was empty and its offset stayed behind (8 of 14 runs) until a new member started
+    from fastrebalance.testing._groupchaos import prepare
+
+    from .helpers import group_offsets
+
+    backlog = 20_000
+    topic = topic_factory(1)
+    bootstrap = real_cluster.bootstrap_servers
+    prepare(bootstrap, topic, unique_group, backlog)
+    conf = conf_for(
+        real_cluster,
+        unique_group,
+        tmp_path,
+        protocol.removeprefix("kip848-"),
+        **{
+            "parallel.rebalance.group.catchup": True,
+            "parallel.rebalance.group.chunk.records": 1000,
+            "parallel.rebalance.group.claim.timeout.ms": 3000,
+            "parallel.rebalance.lag.threshold": 10,
+            "enable.auto.commit": False,  # A commits nothing: none of its chunks is done
+        },
+    )
+    a = start_a(members, conf, topic)  # the owner (its session: the default 45 s)
+    b = Consumer(conf)
+    read: set[int] = set()
+
+    def step() -> None:
+        got = [m.offset() for m in b.consume(500, 0.1) if m.error() is None]
+        if got:
+            read.update(got)
+            b.commit(asynchronous=False)
+
+    try:
+        b.subscribe([topic])  # A is alive: nothing to remove, B only helps
+        deadline = time.monotonic() + 30
+        while not read:
+            assert time.monotonic() < deadline, "B read no chunk of A's backlog"
+            step()
+        a.kill()
+        killed = time.monotonic()
+        deadline = killed + 30  # A's chunks are free 3 s (claim timeout) after its death
+        while len(read) < backlog:
+            assert time.monotonic() < deadline, f"B read {len(read)} of {backlog}"
+            step()
+        assert not b.assignment()  # A is still listed: the partition is still its own
+    finally:
+        b.close()
+    # B closed before A's session could expire: A was listed when B wrote
+    assert time.monotonic() - killed < 40
+    offset = group_offsets(bootstrap, unique_group, topic)[0]
+    assert offset == backlog, f"the group's offset stayed at {offset} of {backlog}"
+    assert set(range(offset)) <= read  # never past a record nobody processed

@@ -877,3 +877,34 @@ def test_pausing_a_partition_a_helper_reads_gives_its_chunks_back() -> None:
     released = {rec.chunks[0] for rec, _ in shared if rec.member == "a" and rec.kind == "release"}
     assert released >= {ck[2:] for ck in held}
     assert _read_every_chunk(b, 8)  # another member reads them
+
+
+def test_a_chunk_sought_back_to_and_won_again_is_claimed_only_as_it_is_read_again() -> None:
+    # issue 45: on Apache Kafka a helper sought back to a chunk record and won the chunk
+    # again itself; its next bare commit claimed the records its child had handed out
+    # before the seek (the old run still covered them): the record sought back to was
+    # declared done unread, and never delivered again
+    a, _b, shared = _helper_with_chunks()
+    s, _e = a.child.hand_all(KEY)
+    a.g.commit({KEY: _claims(a, s + 4)}, sync=False, timeout_s=1)  # good up to s + 4
+    assert a.g.seek_back(KEY, s + 5)
+    for _ in range(4):
+        a.tick()  # a alone: it wins the chunk again, and reads it from s + 5
+    assert (KEY[0], KEY[1], s, s + 10) in a.g._held
+    h = a.g._helped[KEY]
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)  # nothing handed out since the seek
+    assert (s, s + 10) not in _kinds(shared, "a", "done")
+    assert set(range(s + 5, s + 10)) <= {o for st, en in h.ledger.ranges for o in range(st, en)}
+    # a late commit of a record handed out before the seek claims that record alone
+    a.g.commit({KEY: _claims(a, s + 7)}, sync=False, timeout_s=1)
+    assert s + 6 in h.ledger.ranges and s + 7 not in h.ledger.ranges
+    # read again, then committed: done
+    handed: set[int] = set()
+    for _ in range(6):  # the child reads it (after the chunk it reads, if another)
+        if KEY in a.child.cursors:
+            first, end = a.child.hand_all(KEY)
+            handed |= set(range(first, end))
+        a.tick()
+    assert s + 5 in handed
+    a.g.commit(a.g.handed({}), sync=False, timeout_s=1)
+    assert (s, s + 10) in _kinds(shared, "a", "done")
