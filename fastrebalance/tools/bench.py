@@ -583,6 +583,7 @@ examples:
   fastrebalance bench --scenario recovery --backlogs 50000 --reps 1 --plot latency.png
   fastrebalance bench --bootstrap-servers localhost:9092 --markdown bench.md
   fastrebalance bench --scenario recovery --group-protocol consumer     # KIP-848 (Kafka 4)
+  fastrebalance bench --scenario crash --group-protocol both --bootstrap-servers localhost:9092
 """,
     )
     int_list, float_list, count = a.number_list(int, 1), a.number_list(float, 0), a.number(int, 1)
@@ -602,14 +603,20 @@ examples:
     a.partitions(p, d.partitions, "partitions of each benchmark topic (default: {})")
     a.option(p, "--throughput-records", d.throughput_records, count, "N",
              "records each steady-state run reads (default: {})")
-    p.add_argument("--scenario", choices=("all", "recovery", "steady", "group"), default="all",
-                   help="which scenario to run (default: all; group: group-wide catch-up, 1-4 "
-                   "member processes, python -m fastrebalance.tools.groupbench run --help)")
-    p.add_argument("--group-protocol", choices=GROUP_PROTOCOLS, default=d.group_protocol,
+    p.add_argument("--scenario", choices=("all", "recovery", "steady", "group", "crash"),
+                   default="all",
+                   help="which scenario to run (default: all = steady and recovery; group: "
+                   "group-wide catch-up, 1-4 member processes, python -m "
+                   "fastrebalance.tools.groupbench run --help; crash: from a SIGKILL to the "
+                   "restarted process's first fresh record, dead-member removal on and off, "
+                   "on the real broker --bootstrap-servers names, one --work-us value, "
+                   "200 us and 1,000 records/s unless given)")
+    p.add_argument("--group-protocol", choices=(*GROUP_PROTOCOLS, "both"),
+                   default=d.group_protocol,
                    help="group.protocol of every measured consumer, plain and fastrebalance "
                    "(default: classic; consumer: KIP-848, Apache Kafka 4 or the embedded "
-                   "cluster; the session and heartbeat are then the broker's). Not for "
-                   "--scenario group")
+                   "cluster; the session and heartbeat are then the broker's; both: "
+                   "--scenario crash only). Not for --scenario group")
     a.bootstrap_servers(p, "use this Kafka cluster instead of an embedded one; the benchmark "
                         "topics and groups are deleted afterwards")
     a.timeout(p, d.run_timeout_s, "give up on a run after this long; undelivered records "
@@ -637,6 +644,14 @@ def settings_from_args(args: argparse.Namespace) -> tuple[BenchSettings, str]:
 
 
 def _command(args: argparse.Namespace) -> int:
+    if args.scenario == "crash":
+        from .crashbench import run_from_args as crash
+
+        return crash(args)
+    if args.group_protocol == "both":
+        print("fastrebalance bench: --group-protocol both is for --scenario crash",
+              file=sys.stderr)  # fmt: skip
+        return a.EXIT_USAGE
     if args.scenario == "group":
         if args.group_protocol != BenchSettings.group_protocol:
             # groupbench sets its members' config itself: a silently ignored option would
