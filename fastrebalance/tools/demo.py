@@ -487,6 +487,7 @@ examples:
   fastrebalance demo
   fastrebalance demo --backlog 1000000 --partitions 8 --work-us 5
   fastrebalance demo --same-group     # SIGKILL, then the wait for the session timeout
+  fastrebalance demo --same-group --bootstrap-servers localhost:9092   # and its removal
   fastrebalance demo --bootstrap-servers localhost:9092   # docker compose up -d --wait
 """,
     )
@@ -504,10 +505,15 @@ examples:
               "count as lost (default: {})")
     p.add_argument("--same-group", action="store_true",
                    help="SIGKILL a member of the restarted group itself (a process of its own) "
-                   "and restart into that group: each restart then waits for the dead "
-                   f"member's session timeout ({SESSION_TIMEOUT_MS} ms here, 45 s by default) "
-                   "before it gets its partitions. Without it the restarts use new groups "
-                   "holding the crashed group's offsets, and join at once")  # fmt: skip
+                   "before each restart into that group, and time from the kill: plain "
+                   "confluent-kafka and fastrebalance with the dead-member removal off wait "
+                   f"for the dead member's session timeout ({SESSION_TIMEOUT_MS} ms here, 45 s "
+                   "by default); with it on (parallel.rebalance.remove.dead.members, the "
+                   "default) the restart removes the dead member and gets its partitions at "
+                   "once. The removal needs a real broker (--bootstrap-servers): on the "
+                   "embedded cluster that column says why it is not shown. Without the option "
+                   "the restarts use new groups holding the crashed group's offsets, and join "
+                   "at once")  # fmt: skip
     p.set_defaults(func=_command)
 
 
