@@ -57,8 +57,10 @@ _MEMBER = textwrap.dedent(
 def real_cluster(kafka_cluster: KafkaCluster) -> KafkaCluster:
     if kafka_cluster.kind == "embedded":
         pytest.skip(
-            "kafka-python's admin client cannot bootstrap from librdkafka's mock cluster "
-            "(KafkaTimeoutError: Unable to bootstrap): the removal needs a real broker"
+            "kafka-python's admin client cannot bootstrap from librdkafka's mock cluster (it "
+            "answers ApiVersions v3/v4 with UNSUPPORTED_VERSION in a body kafka-python cannot "
+            "decode; pinned to v2, the mock's LeaveGroup answers NoError and keeps the member "
+            "until its session ends): the removal needs a real broker"
         )
     return kafka_cluster
 
@@ -336,3 +338,150 @@ def test_a_helper_closing_while_the_killed_owner_is_still_listed_writes_its_done
     offset = group_offsets(bootstrap, unique_group, topic)[0]
     assert offset == backlog, f"the group's offset stayed at {offset} of {backlog}"
     assert set(range(offset)) <= read  # never past a record nobody processed
+
+
+# -- adversarial: what must never be removed, and what cannot be proven dead -------------------
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "kip848-consumer"])
+def test_two_live_members_on_one_host_and_a_third_start_remove_nothing(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+    protocol: str,
+) -> None:
+    """Three processes of one group sharing one state directory: the third's start finds
+    two entries, both locked (alive), and removes neither."""
+    topic = topic_factory(3)
+    conf = conf_for(real_cluster, unique_group, tmp_path, protocol.removeprefix("kip848-"))
+    a1 = start_a(members, conf, topic)
+    a2 = start_a(members, conf, topic)
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        assert poll_until_assigned(b, 1, 40.0) is not None
+        assert b.catchup_status().removed_members == ()
+        assert a1.proc.poll() is None and a2.proc.poll() is None
+        assert len(list(tmp_path.glob("*.lock"))) == 3
+    finally:
+        b.close()
+
+
+@pytest.mark.kafka4
+def test_a_stopped_member_is_not_removed_under_the_consumer_protocol(
+    kip848_cluster: KafkaCluster,
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+) -> None:
+    topic = topic_factory(2)
+    conf = conf_for(real_cluster, unique_group, tmp_path, "consumer")
+    a = start_a(members, conf, topic)
+    a.proc.send_signal(signal.SIGSTOP)
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        # A's partitions stay A's until its 45 s session ends: it may come back
+        assert poll_until_assigned(b, 2, 6.0) is None
+        assert b.catchup_status().removed_members == ()
+    finally:
+        b.close()
+
+
+def test_a_damaged_state_file_removes_nothing(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+) -> None:
+    """A membership file cut short (our writes are atomic, but a full disk or a partial
+    copy of the directory is not): with no member id there is nothing to remove, the entry
+    is dropped, and the restart waits for the dead member's session as without the key."""
+    topic = topic_factory(2)
+    conf = conf_for(real_cluster, unique_group, tmp_path, "classic", **{"session.timeout.ms": 6000})
+    a = start_a(members, conf, topic)
+    a.kill()
+    (data,) = tmp_path.glob("*.json")
+    text = data.read_text()
+    data.write_text(text[: len(text) // 2])
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        took = poll_until_assigned(b, 2, 40.0)
+        assert took is not None and took > 2.0, took  # the session's wait, not a removal
+        assert b.catchup_status().removed_members == ()
+        assert not data.exists()  # the dead entry was dropped with its lock file
+    finally:
+        b.close()
+
+
+def test_a_dead_member_in_another_state_dir_is_not_removed(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+) -> None:
+    """Two "containers" of one group, each with a state volume of its own: B cannot prove
+    A dead (A's lock is not in B's directory), so it waits as before, and A's entry stays
+    for A's own restart."""
+    topic = topic_factory(2)
+    conf_a = conf_for(
+        real_cluster, unique_group, tmp_path / "a", "classic", **{"session.timeout.ms": 6000}
+    )
+    a = start_a(members, conf_a, topic)
+    a.kill()
+    b = Consumer({**conf_a, "parallel.rebalance.state.dir": str(tmp_path / "b")})
+    try:
+        b.subscribe([topic])
+        took = poll_until_assigned(b, 2, 40.0)
+        assert took is not None and took > 2.0, took
+        assert b.catchup_status().removed_members == ()
+        assert len(list((tmp_path / "a").glob("*.lock"))) == 1
+    finally:
+        b.close()
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", ["classic", "kip848-consumer"])
+def test_a_dead_static_member_of_another_instance_id_is_left_for_its_own_restart(
+    real_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+    members: list[MemberA],
+    protocol: str,
+) -> None:
+    """pod-0 dies; pod-1 starting on the same host does not remove it (a static member's
+    partitions wait for its own restart, which is what static membership is for); pod-0's
+    restart then finds its entry."""
+    topic = topic_factory(2)
+    proto = protocol.removeprefix("kip848-")
+    # a short session under classic (the consumer protocol refuses the key: the broker's)
+    extra = {"session.timeout.ms": 6000} if proto == "classic" else {}
+    conf = conf_for(real_cluster, unique_group, tmp_path, proto, **extra)
+    a = start_a(members, {**conf, "group.instance.id": "pod-0"}, topic)
+    a.kill()
+    b = Consumer({**conf, "group.instance.id": "pod-1"})
+    try:
+        b.subscribe([topic])
+        for _ in range(10):
+            b.poll(0.1)
+        assert b.catchup_status().removed_members == ()
+        assert len(list(tmp_path.glob("*.lock"))) >= 1  # pod-0's, still there
+    finally:
+        b.close()
+    c = Consumer({**conf, "group.instance.id": "pod-0"})
+    try:
+        c.subscribe([topic])
+        assert poll_until_assigned(c, 1, 40.0) is not None
+        handled = [(m["member_id"], m["result"]) for m in c.catchup_status().removed_members]
+        assert handled == [(a.member_id, "removed" if proto == "consumer" else "replaced")]
+    finally:
+        c.close()
