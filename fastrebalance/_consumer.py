@@ -298,7 +298,7 @@ class Consumer:
             topics, on_assign=on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
         )
         if recovery is not None:
-            recovery.after_subscribe()
+            recovery.after_subscribe(self._primary.memberid)
 
     def _relay(self, cb: RebalanceCallback) -> RebalanceCallback:
         return lambda _handle, partitions: cb(self, partitions)

@@ -485,3 +485,57 @@ def test_a_dead_static_member_of_another_instance_id_is_left_for_its_own_restart
         assert handled == [(a.member_id, "removed" if proto == "consumer" else "replaced")]
     finally:
         c.close()
+
+
+#: A member that subscribes and never polls: the broker assigns it partitions (the consumer
+#: protocol's heartbeats run on librdkafka's own thread) but no callback of it ever runs.
+_SILENT_MEMBER = textwrap.dedent(
+    """
+    import json, sys, time
+    from fastrebalance import Consumer
+    c = Consumer(json.loads(sys.argv[1]))
+    c.subscribe([sys.argv[2]])
+    print(json.dumps({"member_id": c.memberid()}), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.kafka4
+def test_a_member_killed_before_its_first_assignment_is_removed_under_the_consumer_protocol(
+    kip848_cluster: KafkaCluster,
+    topic_factory: Any,
+    unique_group: str,
+    tmp_path: Path,
+) -> None:
+    # adversary of issue 45 (Kafka 4, consumer protocol): a member SIGKILLed 2-5 s after
+    # its start had been assigned a partition by the broker, but its assignment had not
+    # reached the application: nothing was recorded, and its restart waited out the 45 s
+    # session for that partition (4 of 6 runs)
+    if kip848_cluster.kind == "embedded":
+        pytest.skip("the removal needs a real broker")
+    topic = topic_factory(2)
+    conf = conf_for(kip848_cluster, unique_group, tmp_path, "consumer")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SILENT_MEMBER, json.dumps(conf), topic],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, "member A exited before it subscribed"
+        member_id = json.loads(line)["member_id"]
+        time.sleep(3.0)  # A's heartbeats (librdkafka's thread) make it a member with partitions
+    finally:
+        proc.kill()
+        proc.wait(30)
+    b = Consumer(conf)
+    try:
+        b.subscribe([topic])
+        took = poll_until_assigned(b, 2, 40.0)
+        handled = [(m["member_id"], m["result"]) for m in b.catchup_status().removed_members]
+        assert handled == [(member_id, "removed")]
+        assert took is not None and took < 20.0, took  # A's session is 45 s
+    finally:
+        b.close()
