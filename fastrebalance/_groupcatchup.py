@@ -764,8 +764,10 @@ class GroupCatchup:
            a reader before any gets two (free chunks come in offer order, one partition's
            after another's: two members that both took the first of them read partition
            0's 30,000 records while partition 1's got none, adversary of issue 32). The
-           smallest such partition first; among this member's own offers first (nobody
-           else knows them yet).
+           smallest such partition first; this member's own offers of this tick first, each
+           from its first chunk (nobody else knows them yet: no race; a random one among
+           them had the owner of a 1,500-record partition hold its last chunk while the
+           first two went to a member busy with big chains).
         2. The chunk right after the last one this member reads of a partition (of the
            one it has the fewest chunks ahead of): the child reads on into it
            (``_advance_reading``).
@@ -809,11 +811,13 @@ class GroupCatchup:
         if small:
             return min(small, key=lambda c: (left[c[:2]], c))
         unread = [c for c in free if c[:2] not in readers]
+        own = [c for c in offered if c in unread]
+        if own:  # nobody else knows them yet: no race, its first chunk
+            part = min({c[:2] for c in own}, key=lambda k: (left[k], k))
+            return min(c for c in own if c[:2] == part)
         if unread:
-            own = [c for c in offered if c in unread]
-            pool = own or unread
-            part = min({c[:2] for c in pool}, key=lambda k: (left[k], random.random()))
-            return first_of(part, pool)
+            part = min({c[:2] for c in unread}, key=lambda k: (left[k], random.random()))
+            return first_of(part, unread)
         if follows:
             return min(follows, key=lambda c: ahead.get(c[:2], 0))
         # else a partition with the fewest readers

@@ -945,3 +945,20 @@ def test_a_small_partition_is_claimed_whole_before_the_big_ones(monkeypatch: Any
     assert len(claims) == 5  # and the big one's first chunks, up to the records ahead
     a.tick()
     assert a.child.hand_all(small) == (0, 30)  # one chain: one fetch, not three
+
+
+def test_an_owner_claims_its_own_small_partition_from_its_first_chunk(monkeypatch: Any) -> None:
+    # 2 members, backlogs of 40,000 / 20,000 / 500 / 1,500: the owner of the 1,500-record
+    # partition took a random one of its own offered chunks first; the others went to the
+    # member reading the big partitions, behind whose records they waited (done at 10.9 s
+    # against 1.2 s with per-member catch-up)
+    from fastrebalance import _groupcatchup
+
+    monkeypatch.setattr(_groupcatchup.random, "choice", lambda seq: seq[-1])
+    monkeypatch.setattr(_groupcatchup, "PREFETCH_RECORDS", 50)
+    a, _, shared, _ = _team()
+    shared.append((ClaimRecord("hb", "b"), 1_000))  # another member is live
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    a.tick()
+    assert a.g._state.live("b")  # so a is not alone: no first-chunk rule for a member alone
+    assert _kinds(shared, "a", "claim") == [(0, 10), (10, 20), (20, 30)]
