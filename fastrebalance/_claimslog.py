@@ -25,7 +25,6 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka import Consumer as _RdConsumer
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from ._child import call_bounded
@@ -189,6 +188,10 @@ class ClaimsLog:
         self.start()
 
     def _ensure_topic(self) -> None:
+        # imported here, not at import: a restarted process is on its way to its first
+        # fresh record, and only group catch-up needs the admin package (~10% of the import)
+        from confluent_kafka.admin import AdminClient
+
         # An AdminClient is a producer-type handle (allow.auto.create.topics defaults to
         # true there): its metadata request for the missing topic had a broker with
         # auto.create.topics.enable=true (Apache Kafka's default) create it with the

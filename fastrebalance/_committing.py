@@ -679,10 +679,12 @@ class Committer:
         assigned = self._p.assigned
         ledgers: dict[Key, Ledger] = {k: assigned[k].ledger for k in changes if k in assigned}
         unknown = [k for k in changes if k not in assigned]
+        fresh: set[Key] = set()
         if unknown and read:
             # Not ours: what the group stores is read first, so the write keeps every
-            # pending range it holds.
-            for key, restored in self._planner.read_logs(unknown, budget).items():
+            # pending range it holds (and a log never committed stays unprocessed).
+            restored_logs, fresh = self._planner.read_to_write(unknown, budget)
+            for key, restored in restored_logs.items():
                 ledgers[key] = restored.ledger()
         checkpoints: dict[Key, ChildCheckpoint] = {}
         writes = []
@@ -691,7 +693,12 @@ class Committer:
             ledger = ledgers.get(key)
             if ledger is None:
                 continue
+            start = ledger.position
             cp = apply_change(ledger, change)
+            if key in fresh and ledger.position == start and change.rewind is None:
+                # never committed and nothing claimed (a record of unknown provenance): as
+                # with nothing read, nothing is written
+                continue
             a = assigned.get(key)
             if a is not None:
                 cp = cp or a.checkpoint

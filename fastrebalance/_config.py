@@ -101,7 +101,7 @@ CONFIG_KEYS: dict[str, tuple[str, str]] = {
     ENABLE_KEY: ("false", "true or false (bool or string)"),
     THRESHOLD_KEY: (str(DEFAULT_LAG_THRESHOLD), "an integer >= 0 (records)"),
     UNCOMMITTED_KEY: (
-        "false",
+        "true",
         "true or false: a partition the group never committed, with "
         "auto.offset.reset=earliest, catches up on [log start, log end) like any backlog",
     ),
@@ -213,7 +213,7 @@ class ParallelConfig:
     state_dir: Path | None = None
     #: a partition with no committed offset and auto.offset.reset=earliest catches up on
     #: [log start, log end) (``_planning.plan_assignment``)
-    catch_up_uncommitted: bool = False
+    catch_up_uncommitted: bool = True
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -313,7 +313,7 @@ def split_config(conf: Mapping[str, Any]) -> tuple[ParallelConfig, dict[str, Any
     claims_topic = rest.pop(CLAIMS_TOPIC_KEY, None)
     remove_dead = _bool(REMOVE_DEAD_KEY, rest.pop(REMOVE_DEAD_KEY, True))
     state_dir_value = rest.pop(STATE_DIR_KEY, None)
-    uncommitted = _bool(UNCOMMITTED_KEY, rest.pop(UNCOMMITTED_KEY, False))
+    uncommitted = _bool(UNCOMMITTED_KEY, rest.pop(UNCOMMITTED_KEY, True))
     group_id = rest.get("group.id")
     if group_catchup and not enabled:
         raise _refused(

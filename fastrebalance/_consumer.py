@@ -298,7 +298,7 @@ class Consumer:
             topics, on_assign=on_assign, on_revoke=a.on_revoke, on_lost=a.on_lost
         )
         if recovery is not None:
-            recovery.after_subscribe()
+            recovery.after_subscribe(self._primary.memberid)
 
     def _relay(self, cb: RebalanceCallback) -> RebalanceCallback:
         return lambda _handle, partitions: cb(self, partitions)
@@ -523,7 +523,8 @@ class Consumer:
         confluent-kafka's does while it waits for the committed offset. With group-wide
         catch-up, a seek of a partition this member only helps with, into a chunk it holds,
         gives the chunks from there on back to the group: their records are delivered
-        again, here or to another member."""
+        again, here or to another member, and no bare commit claims those it had been
+        handed from that offset on until they are."""
         if self._plain:
             return self._primary.seek(partition)
         tp = check.partition(partition)
@@ -596,7 +597,10 @@ class Consumer:
         broker is unreachable (librdkafka's own close() waits for outstanding commits): a
         subscribed member first leaves its assignment here, serving the revoke on this
         thread; the handles are then closed on a helper thread while this one waits, and
-        are left to finish there if the broker never answers.
+        are left to finish there if the broker never answers. With group-wide catch-up, a
+        member that read chunks of a partition no member owns then writes their done
+        chunks into the group's offset (at most 5 s more), first removing the members of
+        this host proven dead if the group still lists them.
         """
         if self._closed:
             return
@@ -652,8 +656,14 @@ class Consumer:
             )
         else:
             if self._group is not None and self._group.orphans:
-                # out of the group now: done chunks of partitions no member owns (_orphans)
-                self._group.absorb_orphans(min(5.0, self._commit_timeout_s))
+                # out of the group now: done chunks of partitions no member owns (_orphans);
+                # members of this host proven dead are removed first if they are all the
+                # group still lists (one SIGKILLed while it owned such a partition)
+                recovery = self._recovery
+                self._group.absorb_orphans(
+                    min(5.0, self._commit_timeout_s),
+                    recovery.remove_dead_now if recovery is not None else None,
+                )
         finally:
             if self._recovery is not None:  # still in the group unless it left: stays dead
                 self._recovery.close(left)

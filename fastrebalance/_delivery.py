@@ -75,7 +75,8 @@ def _transit_entries(got: Any) -> list[tuple[str, int, int]]:
 
 
 def hot_poll(self: Any, timeout: float = -1.0) -> Message | None:
-    """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog.
+    """One record or event, fresh first; at least 1 in CHILD_SHARE from the backlog. None
+    of a partition revoked inside the call, as from ``consume()``.
 
     ``timeout`` in seconds, negative: no limit (confluent-kafka's default; ``None`` is a
     ``TypeError`` there and here)."""
@@ -103,6 +104,10 @@ def hot_poll(self: Any, timeout: float = -1.0) -> Message | None:
                 m = d._primary_poll(IDLE_SLICE_S)
                 if m is None:
                     return d._poll_slow(timeout if timeout is None else _after_a_slice(timeout))
+        if d._p.revoked_in_call:  # a revoke served inside the call: m may be of it
+            m = d._admit(m)
+            if m is None:
+                return d._poll_slow(timeout)
         # A rebalance callback inside the call may have begun a run of unknown start:
         # m may be its first record, which says where it starts.
         if d._p.unresolved:
@@ -479,10 +484,21 @@ class Delivery:
         return None if remaining <= 0 else min(wait, remaining)
 
     def _admit(self, m: Message | None) -> Message | None:
-        """A record of the primary's, unless it belongs to a deferred partition (paused
-        at once, so nothing should come; whatever does is not handed out: nothing of the
-        partition is until it is planned and sought)."""
-        deferred = self._p.deferred
+        """A record of the primary's poll(), unless it belongs to a partition revoked
+        inside that call (or since the last one), as ``_batch`` drops them from a
+        consume(): the revoke committed what was handed out, the new owner reads on from
+        there, and plain confluent-kafka hands out nothing of a partition after its revoke
+        (librdkafka stops its fetch from its main thread, so one record fetched before
+        could still come out of the same call: a record of a topic the member no longer
+        subscribed to after ``subscribe()``, issue 45). Nor of a deferred partition (paused
+        at once, so nothing should come; nothing of it is handed out until it is planned
+        and sought)."""
+        p = self._p
+        if p.revoked_in_call:
+            gone, p.revoked_in_call = p.revoked_in_call, set()
+            if m is not None and (m.topic(), m.partition()) in gone:
+                return None
+        deferred = p.deferred
         if m is not None and deferred and (m.topic(), m.partition()) in deferred:
             return None
         return m

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer as _RdConsumer
@@ -80,9 +80,16 @@ def absorb_orphans(
     orphans: Mapping[Key, Mapping[str, list[tuple[int, int]]]],
     max_bytes: int,
     timeout_s: float,
+    remove_dead: Callable[[float], bool] | None = None,
 ) -> int:
     """Write the absorbed offsets of ``orphans`` from outside the group (see the module);
-    returns how many partitions were written. Never raises for a broker's refusal."""
+    returns how many partitions were written. Never raises for a broker's refusal.
+
+    ``remove_dead``: when the group still has members, removes those proven dead (within
+    the time it is given) and says whether it removed any; the write is then tried again.
+    A member SIGKILLed while owning the partition is still listed until its session
+    expires, and nobody writes the partition after that (adversary of issue 45 on Apache
+    Kafka 3.9: the group's offset frozen in 8 of 14 runs until a new member started)."""
     if not orphans:
         return 0
     deadline = time.monotonic() + timeout_s
@@ -112,6 +119,14 @@ def absorb_orphans(
                 err = exc.args[0]
                 if err.code() not in _GROUP_HAS_MEMBERS:
                     raise
+                if (
+                    err.code() != KafkaError.REBALANCE_IN_PROGRESS
+                    and remove_dead is not None
+                    and time.monotonic() < deadline
+                ):
+                    removing, remove_dead = remove_dead, None  # once
+                    if removing(deadline - time.monotonic()):
+                        continue  # the group may be empty now (or rebalancing: waited)
                 if err.code() != KafkaError.REBALANCE_IN_PROGRESS or time.monotonic() > deadline:
                     log.info("the group has members: whoever owns %s absorbs its done chunks",
                              [(w.topic, w.partition) for w in writes])  # fmt: skip

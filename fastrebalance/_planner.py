@@ -159,6 +159,39 @@ class Planner:
             out[key] = restored
         return out
 
+    def read_to_write(
+        self, keys: list[Key], budget: Budget
+    ) -> tuple[dict[Key, Restored], set[Key]]:
+        """What a commit of partitions not assigned here (revoked, lost, never ours) is
+        applied to: the merged commit logs, and with never-committed catch-up on
+        (``uncommitted``) a partition the group never committed read as if the group had
+        committed its log start. Also returns the partitions so read.
+
+        That is what the plan of such a partition assumed (``plan_assignment``'s
+        ``from_start``): its whole log was backlog, the primary started at the log end.
+        Read as "nothing committed", a late commit of the primary's record claimed
+        [primary start, record] on an empty ledger, which a first commit defines: the
+        offset was stored past the log the child had not read, with no token (the chaos
+        harness's asynchronous pipeline, whose commits land after its partitions moved).
+
+        Raises:
+            KafkaException: the group's offsets, or the log start of a partition it never
+                committed, could not be read (nothing is written).
+        """
+        restored = self.read_logs(keys, budget)
+        never = [k for k, r in restored.items() if r.position is None]
+        if not self.uncommitted or not never:
+            return restored, set()
+        fresh = set()
+        for key, mark in self.watermarks(never, budget).items():
+            if isinstance(mark, tuple):
+                restored[key] = Restored(mark[0], user_metadata=restored[key].user_metadata)
+                fresh.add(key)
+            elif mark.args[0].code() not in UNKNOWN_PARTITION:
+                raise mark
+            # an unknown partition has no log to protect: its first commit defines it
+        return restored, fresh
+
     def watermarks(
         self, keys: list[Key], budget: Budget
     ) -> dict[Key, tuple[int, int] | KafkaException]:

@@ -318,6 +318,32 @@ class History:
         held = [child for r, child in runs if r.holds(offset)]
         return bool(held) and not any(held)
 
+    def unhand_child(self, offset: int) -> RangeSet:
+        """A seek back to ``offset`` of what the child streams read: their records from
+        ``offset`` on count as not handed out (a bare commit claims them only once a run
+        hands them out again), as the application said by seeking that it will process
+        them again. Returns what they had handed out there, so that a late commit of one
+        of those records can still be told from a record of no stream of this history."""
+        removed = RangeSet()
+        for epoch in self.epochs:
+            for run in epoch.child:
+                end = max(run.next, run.bound if run.bound is not None else run.next)
+                if end <= offset:
+                    continue
+                removed.add(max(run.start, offset), end)
+                if run.start >= offset:
+                    run.next = run.bound = run.start
+                    run.last = None
+                else:
+                    run.next = run.bound = offset
+                    if run.last is not None and run.last >= offset:
+                        run.last = offset - 1
+        for s, e in self.forgotten:
+            if e > offset:
+                removed.add(max(s, offset), e)
+        self.forgotten.truncate_from(offset)
+        return removed
+
     def position_claim(self, offset: int) -> Claim | None:
         """What ``commit(offsets=[offset])`` claims: a position of the primary of the
         current assignment (or of the last one, once the partition has left), see

@@ -277,7 +277,7 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
         msgs = [m for m in consumer.consume(BATCH, spec["consume_s"]) if m.error() is None]
         now = time.monotonic() - t0
         if "work_us" in spec:
-            _work(consumer, msgs, spec["backlog"], spec["work_us"] / 1e6)
+            _work(consumer, msgs, spec["backlogs"], spec["work_us"] / 1e6)
         elif first_fresh_s is None and any(w.produce_time(m.value()) >= wall0 for m in msgs):
             first_fresh_s = now
             r.emit({"event": "fresh", "t": now})
@@ -332,22 +332,27 @@ def _worker_member(spec: dict[str, Any], commands: queue.Queue[str]) -> dict[str
     )
 
 
-def _work(consumer: Any, msgs: list[Any], backlog: int, work_s: float) -> None:
+def _work(consumer: Any, msgs: list[Any], backlogs: Sequence[int], work_s: float) -> None:
     """groupbench's work: W per record of *waiting* (as for a database write), slept once
     per batch because a sleep of 50 us overshoots by the kernel's timer slack; then the
-    backlog offsets (below ``backlog``) and fresh latencies processed go to the parent in a
-    ``processed`` event, and an asynchronous commit."""
+    backlog offsets processed (below ``backlogs[partition]``), as ``(partition, start,
+    end)`` spans, and the fresh latencies go to the parent in a ``processed`` event, and an
+    asynchronous commit."""
     if not msgs:
         return
     time.sleep(len(msgs) * work_s)
     now = time.time()
-    offsets = sorted(m.offset() for m in msgs if m.offset() < backlog)
+
+    def in_backlog(m: Any) -> bool:
+        return bool(m.offset() < backlogs[m.partition()])
+
+    backlog = sorted((m.partition(), m.offset()) for m in msgs if in_backlog(m))
     spans = []
-    # backlog offsets as ranges: consecutive offsets keep offset - index constant
-    for _, run in itertools.groupby(enumerate(offsets), lambda io: io[1] - io[0]):
-        span = [o for _, o in run]
-        spans.append((span[0], span[-1] + 1))
-    fresh = [1000 * (now - w.produce_time(m.value())) for m in msgs if m.offset() >= backlog]
+    # backlog offsets as spans: consecutive offsets of a partition keep offset - index constant
+    for _, run in itertools.groupby(enumerate(backlog), lambda io: (io[1][0], io[1][1] - io[0])):
+        span = [po for _, po in run]
+        spans.append((span[0][0], span[0][1], span[-1][1] + 1))
+    fresh = [1000 * (now - w.produce_time(m.value())) for m in msgs if not in_backlog(m)]
     r.emit({"event": "processed", "t": now, "backlog": spans, "fresh_ms": fresh})
     with contextlib.suppress(Exception):
         consumer.commit(asynchronous=True)

@@ -139,6 +139,7 @@ def measure_restart(
     on_fresh: Callable[[float, float], None] | None = None,
     keep_samples: bool = False,
     fresh_from_join: bool = False,
+    since: float | None = None,
 ) -> RunResult:
     """Restart ``group`` with the consumer ``make`` builds and time what it delivers.
 
@@ -164,6 +165,10 @@ def measure_restart(
     was produced meanwhile is backlog to it: counting those records as fresh would charge
     the wait to the latency of whichever consumer comes next. Times still count from the
     restart (``joined_s`` is the wait).
+
+    ``since``: a ``time.monotonic()`` instant before the restart (the SIGKILL of the member
+    it replaces) to count the times from, instead of the consumer's construction: a user
+    measures a recovery from the crash.
     """
     partitions = len(start)
     backlog_end = [high for _low, high in watermarks(probe, topic, partitions)]
@@ -186,7 +191,7 @@ def measure_restart(
     timed_out = False
     restart_wall = time.time()
     window_end = float("inf") if window_s is None else restart_wall + window_s
-    t0 = time.monotonic()
+    t0 = time.monotonic() if since is None else since
     consumer = make(conf)
     try:
 

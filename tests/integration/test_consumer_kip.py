@@ -306,7 +306,7 @@ def test_a_partition_never_committed_catches_up_from_its_start(
     # every record delivered, and the group stores no offset past an unprocessed record.
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
     produce(bs, topic, 20000)
-    c = Consumer(base_conf(bs, unique_group, **{"parallel.rebalance.catchup.uncommitted": True}))
+    c = Consumer(base_conf(bs, unique_group))  # the default
     try:
         c.subscribe([topic])
         drain(c, lambda ms: bool(c.catchup_status()), timeout=30)  # planned: a backlog

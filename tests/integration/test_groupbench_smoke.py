@@ -11,7 +11,7 @@ def test_group_bench_smoke(kafka_cluster: KafkaCluster) -> None:
     lines: list[str] = []
     runs = run_group_bench(
         kafka_cluster.bootstrap_servers,
-        backlog=3000,
+        backlogs=((2500, 250),),
         work_us=20,
         member_counts=(2,),
         kinds=("catchup", "group"),
@@ -27,8 +27,13 @@ def test_group_bench_smoke(kafka_cluster: KafkaCluster) -> None:
     ]  # fmt: skip
     for r in runs:
         assert r.drain_s is not None and r.drain_s > 0, r
-        assert sum(r.shares) >= 3000, r  # every backlog record processed (twice only after a crash)
+        assert sum(r.shares) >= 2750, r  # every backlog record processed (twice only after a crash)
+        assert len(r.done_s) == 2 and all(t is not None for t in r.done_s), r
     table = format_table(runs, "smoke")
     assert "| 2 | group |" in table and "x |" in table
     assert table.count("| 2 | group |") == 1  # one row per kind: the repetitions' medians
+    assert "(small: partition 1)" in table  # the 250-record partition beside the big one
+    # the targets, each marked
+    assert "| group drain <= per-member's | 2 |" in table and "met** |" in table
+    assert "| small partitions done no later than per-member | 2 |" in table
     assert len(lines) == 4

@@ -140,15 +140,56 @@ def test_commit_after_unassign_keeps_the_backlog(kafka_cluster, topic_factory, u
     _assert_restart_delivers(bs, unique_group, topic, set(range(20000)))
 
 
-def test_commit_after_revoke_keeps_the_backlog(kafka_cluster, topic_factory, unique_group):
-    """The same story with a real revoke: crash with 0 committed on two partitions, log
-    end 5000 each; the first member holds fresh record 5000 of both; a second member joins
-    (cooperative-sticky) and one partition is revoked; the first member then commits the
-    record it holds of the revoked partition."""
+@pytest.mark.parametrize("leave", ["unassign", "incremental_unassign"])
+def test_commit_after_unassign_of_a_partition_never_committed_keeps_its_log(
+    kafka_cluster, topic_factory, unique_group, leave
+):
+    """The same story for a partition the group never committed, caught up from its log
+    start (parallel.rebalance.catchup.uncommitted, earliest): its whole log [0, 20000) is
+    the backlog, the primary starts at 20000. The application processes fresh record
+    20000, the partition leaves, then it commits that record. The late commit found no
+    offset stored and wrote 20001 bare, as if nothing lay below the primary's start: the
+    chaos harness's async pipeline saw the group's offset stored past unprocessed records
+    this way (seed 2129621139, 112 records below it)."""
+    bs, topic = kafka_cluster.bootstrap_servers, topic_factory(1)
+    produce(bs, topic, 20000)
+    conf = base_conf(bs, unique_group, **{"parallel.rebalance.catchup.uncommitted": True})
+    c = Consumer(conf)
+    try:
+        if leave == "unassign":
+            c.assign([TopicPartition(topic, 0)])
+        else:
+            c.incremental_assign([TopicPartition(topic, 0)])
+        assert c.catchup_status()[(topic, 0)].pending_ranges == ((0, 20000),)
+        produce(bs, topic, 1, start=20000)
+        fresh = _first(c, 20000)  # delivered by the primary, processed by the application
+        if leave == "unassign":
+            c.unassign()
+        else:
+            c.incremental_unassign([TopicPartition(topic, 0)])
+        assert group_offsets(bs, unique_group, topic) == [OFFSET_INVALID]  # nothing yet
+        c.commit(message=fresh, asynchronous=False)
+        _assert_safe(bs, unique_group, topic, lowest_unprocessed=0)
+    finally:
+        c.close()
+    _assert_restart_delivers(bs, unique_group, topic, set(range(20000)))
+
+
+@pytest.mark.parametrize("before", ["0 committed", "never committed"])
+def test_commit_after_revoke_keeps_the_backlog(
+    kafka_cluster, topic_factory, unique_group, before
+):
+    """The same story with a real revoke: crash with 0 committed on two partitions (or
+    never committed: the never-committed catch-up, on by default, makes the whole log the
+    backlog), log end 5000 each; the first member holds fresh record 5000 of both; a second
+    member joins (cooperative-sticky) and one partition is revoked; the first member then
+    commits the record it holds of the revoked partition: the chaos harness's
+    asynchronous pipeline, whose commits land after its partitions moved."""
     bs, topic = kafka_cluster.bootstrap_servers, topic_factory(2)
     for p in (0, 1):
         produce(bs, topic, 5000, partition=p)
-    _crash_with_committed(bs, unique_group, topic, {0: 0, 1: 0})
+    if before == "0 committed":
+        _crash_with_committed(bs, unique_group, topic, {0: 0, 1: 0})
     strategy = {"partition.assignment.strategy": "cooperative-sticky"}
     revoked: list[int] = []
     first = Consumer(base_conf(bs, unique_group, **strategy))

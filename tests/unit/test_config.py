@@ -177,7 +177,9 @@ def test_defaults() -> None:
         auto_commit_interval_s=5.0,
         auto_offset_store=True,
         incremental=False,
+        catch_up_uncommitted=True,  # a log never committed catches up (earliest)
     )
+    assert CONFIG_KEYS[UNCOMMITTED_KEY][0] == "true"
     assert rest == {**BASE, "enable.auto.commit": False}
 
 

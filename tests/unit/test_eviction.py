@@ -199,7 +199,7 @@ def test_a_start_takes_dynamic_entries_and_its_own_instance_only(
     conf = {**BASE, "group.instance.id": "pod-0"}
     recovery = Recovery(tmp_path, conf, consumer_protocol=protocol == "consumer")
     recovery.before_subscribe()
-    recovery.after_subscribe()
+    recovery.after_subscribe(lambda: None)
     (removal,) = FakeRemoval.made
     assert removal.finished.wait(10)
     removed = sorted(m["member_id"] for m in removal.members)
@@ -228,3 +228,38 @@ def test_the_import_costs_no_removal_and_no_retry_machinery() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_import_costs_no_admin_client() -> None:
+    """confluent-kafka's admin package (15-21 ms of the 150-210 ms `python -X importtime`
+    gave `import fastrebalance`) serves only the claims topic of group catch-up: imported
+    when that topic is first made sure of, not on a restarted process's way to its first
+    fresh record."""
+    code = "import sys, fastrebalance; print('confluent_kafka.admin' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_the_consumer_protocol_records_the_member_at_subscribe(
+    tmp_path: Path, protocol: str
+) -> None:
+    """Under the consumer protocol the member id is the client's own from subscribe() on,
+    and the broker may assign partitions before any callback runs: a process killed then
+    must leave an entry its restart can remove. Under classic the id comes with the join:
+    the assignment records it."""
+    from fastrebalance._membership import find_dead
+
+    recovery = Recovery(tmp_path, BASE, consumer_protocol=protocol == "consumer")
+    recovery.before_subscribe()
+    recovery.after_subscribe(lambda: "member-1" if protocol == "consumer" else None)
+    recovery.close(left=False)  # as a crash leaves it: released, the entry stays
+    dead = find_dead(tmp_path, group_key(BASE["bootstrap.servers"], BASE["group.id"]))
+    try:
+        found = [d.membership.member_id for d in dead if d.membership is not None]
+        assert found == (["member-1"] if protocol == "consumer" else [])
+    finally:
+        for d in dead:
+            d.discard()

@@ -3,10 +3,15 @@ token minus the chunks the claims log says are done (``_orphans.orphan_write``).
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastrebalance._orphans import orphan_write
+from fastrebalance import _orphans
+from fastrebalance._orphans import absorb_orphans, orphan_write
 from fastrebalance._planning import restore
 from fastrebalance._token import GroupToken, encode_group_token
 
@@ -82,3 +87,49 @@ def test_the_write_never_claims_an_offset_neither_the_token_nor_a_done_chunk_did
         unprocessed = o in ranges and not any(s <= o < e for s, e in done_ranges)
         if unprocessed:  # still pending for whoever restores the write
             assert o >= w.offset and o in after.ranges, (o, w.offset, after.ranges)
+
+
+class _Refusing:
+    """A consumer outside the group whose commits the broker refuses while ``members``
+    (the group's members it lists) is not empty."""
+
+    def __init__(self, members: list[str]) -> None:
+        self.members = members
+        self.commits: list[list[TopicPartition]] = []
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        meta = _token(10_000, ((0, 4000),))
+        return [TopicPartition(t.topic, t.partition, 0, metadata=meta) for t in tps]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.commits.append(offsets)
+        if self.members:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("dead", [True, False])
+def test_a_refused_write_is_made_again_once_the_dead_members_are_removed(
+    monkeypatch: pytest.MonkeyPatch, dead: bool
+) -> None:
+    # issue 45: the owner SIGKILLed, still listed; the helper's write was refused and never
+    # made again: once the owner's session expired nobody wrote the group's offset
+    c = _Refusing(["the killed owner"])
+    monkeypatch.setattr(_orphans, "_RdConsumer", lambda conf: c)
+    calls: list[float] = []
+
+    def remove_dead(timeout_s: float) -> bool:
+        calls.append(timeout_s)
+        if dead:
+            c.members.clear()
+        return dead
+
+    conf: dict[str, Any] = {"group.id": "g", "bootstrap.servers": "x"}
+    orphans = {("t", 0): {L: [(0, 1000)]}}
+    written = absorb_orphans(conf, orphans, MAX, 5.0, remove_dead)
+    assert len(calls) == 1 and 0 < calls[0] <= 5.0  # once, within the close()'s bound
+    assert written == (1 if dead else 0)
+    assert len(c.commits) == (2 if dead else 1)
+    assert c.commits[-1][0].offset == 1000

@@ -65,3 +65,64 @@ def test_an_unknown_partition_and_the_applications_own_read_keep_the_answer() ->
     errors: dict = {}
     Planner(_Primary([loading]), child=None).read_logs([("t", 0)], Budget(1.0), errors)  # type: ignore[arg-type]
     assert errors[("t", 0)].error.code() == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class _Marks(_Primary):
+    """committed() as _Primary; both ends of the log from ``marks`` (an exception: the
+    error every ListOffsets answers with)."""
+
+    def __init__(self, committed: list[TopicPartition], marks: Any) -> None:
+        super().__init__(committed)
+        self.marks = marks
+        self.listed = 0
+
+    def offsets_for_times(self, ask: list[TopicPartition], timeout: float) -> Any:
+        self.listed += 1
+        if isinstance(self.marks, KafkaException):
+            raise self.marks
+        ends = {-2: self.marks[0], -1: self.marks[1]}
+        return [TopicPartition(t.topic, t.partition, ends[t.offset]) for t in ask]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> Any:
+        if isinstance(self.marks, KafkaException):
+            raise self.marks
+        return self.marks
+
+
+def test_a_write_reads_a_partition_never_committed_as_committed_at_its_log_start() -> None:
+    """Never-committed catch-up: the plan made the whole log backlog; a late commit of the
+    primary's record [20000, 20001) must keep [300, 20000) unprocessed (the log starts at
+    300), not store 20001 bare as a first commit on an empty ledger does."""
+    primary = _Marks([_answer(-1001)], (300, 20001))
+    restored, fresh = Planner(primary, child=None, uncommitted=True).read_to_write(  # type: ignore[arg-type]
+        [("t", 0)], Budget(5.0)
+    )
+    assert fresh == {("t", 0)}
+    ledger = restored[("t", 0)].ledger()
+    ledger.claim(20000, 20001)
+    assert ledger.safe_offset == 300 and ledger.ranges.as_tuple() == ((300, 20000),)
+
+
+def test_a_write_reads_nothing_more_with_the_key_off_or_an_offset_committed() -> None:
+    off = _Marks([_answer(-1001)], (300, 20001))
+    restored, fresh = Planner(off, child=None).read_to_write([("t", 0)], Budget(5.0))  # type: ignore[arg-type]
+    assert restored[("t", 0)].position is None and not fresh and off.listed == 0
+    committed = _Marks([_answer(500)], (300, 20001))
+    restored, fresh = Planner(committed, child=None, uncommitted=True).read_to_write(  # type: ignore[arg-type]
+        [("t", 0)], Budget(5.0)
+    )
+    assert restored[("t", 0)].position == 500 and not fresh and committed.listed == 0
+
+
+def test_a_write_whose_log_start_cannot_be_read_fails_unless_the_partition_is_unknown() -> None:
+    """Without the log start nothing may be written (it could pass the unread log); a
+    partition the cluster does not know has no log to protect."""
+    down = _Marks([_answer(-1001)], KafkaException(KafkaError(KafkaError._TRANSPORT)))
+    with pytest.raises(KafkaException) as info:
+        Planner(down, child=None, uncommitted=True).read_to_write([("t", 0)], Budget(0.5))  # type: ignore[arg-type]
+    assert info.value.args[0].code() == KafkaError._TRANSPORT
+    gone = _Marks([_answer(-1001)], KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+    restored, fresh = Planner(gone, child=None, uncommitted=True).read_to_write(  # type: ignore[arg-type]
+        [("t", 0)], Budget(0.5)
+    )
+    assert restored[("t", 0)].position is None and not fresh

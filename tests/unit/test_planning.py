@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastrebalance._commits import group_write
 from fastrebalance._ledger import Ledger
 from fastrebalance._planning import (
     OFFSET_BEGINNING,
@@ -498,3 +499,43 @@ def test_every_group_write_carries_the_lineage_but_a_rewind() -> None:
     assert w is not None and w.offset == 1000
     assert restore(w.offset, w.metadata).lineage == ""
     assert ledger.lineage == "ab12"  # the ledger keeps what it knows (see group_write)
+
+
+# -- a late write of a partition never committed ------------------------------------
+@settings(deadline=None, max_examples=200)
+@given(
+    low=st.integers(0, 50),
+    backlog=st.integers(1, 60),
+    claims=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 80), st.integers(1, 30)), min_size=1, max_size=8
+    ),
+)
+def test_a_late_write_of_a_partition_never_committed_claims_only_what_was_processed(
+    low: int, backlog: int, claims: list[tuple[bool, int, int]]
+) -> None:
+    """The plan of a partition never committed (earliest) makes [low, high) backlog and
+    starts the primary at high. Commits that land after the partition left are written
+    from what the group stores, which for a group that never committed is read as its log
+    start (``Planner.read_to_write``). Whatever the claims (primary runs [high, o], child
+    runs inside [low, high)) and their order, every write, read back as a restart (or the
+    chaos checker) reads it, claims only offsets processed (or below the log start)."""
+    high = low + backlog
+    plan = plan_assignment(restore(-1, None), low, high, threshold=0, from_start=True)
+    assert plan.floor == high
+    processed: set[int] = set()
+    written = (-1001, None)  # what the group stores: nothing yet
+    for primary, a, n in claims:
+        start, end = (high, high + a + 1) if primary else (low + a % backlog, 0)
+        if not primary:
+            end = min(start + n, high)  # a child run, inside the backlog
+        processed |= set(range(start, end))
+        ledger = Restored(low).ledger() if written[0] < 0 else restore(*written).ledger()
+        ledger.claim(start, end)
+        gw = group_write(ledger, None, 4000)
+        assert gw is not None
+        written = (gw.offset, gw.metadata)
+        back = restore(*written)
+        assert back.position is not None
+        claimed = set(range(low, back.position)) - pending(back.ranges)
+        assert claimed <= processed, sorted(claimed - processed)[:5]
+        assert gw.offset <= min(set(range(low, high + 200)) - processed)

@@ -196,6 +196,25 @@ def test_an_offset_after_a_child_record_claims_as_that_record_unless_the_primary
     assert history.child_offset_claim(110) == Claim(70, 110, child=True)
 
 
+def test_a_seek_back_of_the_child_s_stream_unhands_what_it_handed_out_from_there() -> None:
+    # issue 45: a bare commit after a helper's seek back claimed the records it had been
+    # handed past the seek, before they were delivered again
+    history = History()
+    epoch = history.begin(UNKNOWN_START, UNKNOWN_START)
+    first, second = epoch.child_run(0), epoch.child_run(20)
+    hand(first, 0, 10)
+    hand(second, 20, 30)
+    assert history.unhand_child(5) == RangeSet([(5, 10), (20, 30)])
+    assert epoch.handed_claims() == [Claim(0, 5, child=True)]
+    assert history.record_claim(4) == Claim(0, 5, child=True)  # below the seek: as before
+    assert history.record_claim(7) == Claim(7, 8, exact=False)  # above: itself alone
+    # handed out again by a new run: claimed again, from that run's start
+    again = epoch.child_run(5)
+    hand(again, 5, 8)
+    assert Claim(5, 8, child=True) in epoch.handed_claims()
+    assert history.unhand_child(100) == RangeSet()
+
+
 def test_forgotten_assignments_make_their_records_claim_themselves_alone() -> None:
     history = History()
     first = history.begin(100, 100)
