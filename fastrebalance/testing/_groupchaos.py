@@ -45,6 +45,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from .._claims import ClaimRecord, Scope, decode_record
 from .._config import default_claims_topic
+from .._retry import call_with_retries
 
 __all__ = [
     "ChaosReport",
@@ -277,7 +278,12 @@ def prepare(bootstrap: str, topic: str, group: str, backlog: int, partition: int
     the partition finds that backlog to catch up on."""
     c = PlainConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        c.commit(offsets=[TopicPartition(topic, partition, 0)], asynchronous=False)
+        # retried: a broker started moments ago answers COORDINATOR_LOAD_IN_PROGRESS while
+        # it loads the group's __consumer_offsets partition (a fresh Kafka 3.9, first test)
+        call_with_retries(
+            lambda: c.commit(offsets=[TopicPartition(topic, partition, 0)], asynchronous=False),
+            attempts=30,
+        )
     finally:
         c.close()
     produce(bootstrap, topic, backlog, partition)
