@@ -587,9 +587,15 @@ class Delivery:
         # where the reset put the primary: the log start with auto.offset.reset=earliest;
         # otherwise the log end then, which is not known here: from where it is now
         restart = low if self._settings.reset_offset == OFFSET_BEGINNING else position
-        a.epoch.seek(restart)
+        # A new epoch: what the old one's runs handed out (the child's backlog above all)
+        # is of the log that is gone, and a bare commit claims what the current epoch
+        # handed out (it claimed the old backlog [50, 400) on the new log). The old epoch
+        # stays in the history, closed, so a late commit of one of its records claims no
+        # more than every stream that may have handed out that offset agrees on.
+        history = self._p.history[key]
+        a.epoch = history.begin(restart, restart)
         a.epoch.live.advance(position)
-        self._p.history[key].trim(a.epoch)
+        history.trim(a.epoch)
 
     def _fetched_up_to(self, key: Key) -> int | None:
         """An upper bound of what the primary fetched: the log end it last saw."""
