@@ -593,6 +593,7 @@ class Delivery:
         # stays in the history, closed, so a late commit of one of its records claims no
         # more than every stream that may have handed out that offset agrees on.
         history = self._p.history[key]
+        self.cuts.pop(key, None)  # its child records are the old log's too
         a.epoch = history.begin(restart, restart)
         a.epoch.live.advance(position)
         history.trim(a.epoch)
