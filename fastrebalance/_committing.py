@@ -91,6 +91,31 @@ def _no_offset() -> KafkaException:
     return KafkaException(KafkaError(KafkaError._NO_OFFSET, "No offset stored"))
 
 
+def _merged(
+    a: dict[Key, list[Claim]], b: dict[Key, list[Claim]]
+) -> dict[Key, list[Claim]]:
+    if not b:
+        return a
+    out = {k: list(v) for k, v in a.items()}
+    for k, v in b.items():
+        out.setdefault(k, []).extend(v)
+    return out
+
+
+def _before(claims: list[Claim], after: list[int]) -> list[Claim]:
+    """The claims, each cut at the first of ``after`` (records handed out later) at or
+    above its start: a stream hands out a run's records in offset order, so what a claim
+    holds below that offset came before it."""
+    if not after:
+        return claims
+    out = []
+    for c in claims:
+        end = min((o for o in after if c.start <= o < c.end), default=c.end)
+        if end > c.start:
+            out.append(Claim(c.start, end, c.child, c.exact))
+    return out
+
+
 def _clip(claims: list[Claim], limit: int) -> list[Claim]:
     """The claims, cut at ``limit``: nothing at or beyond it is claimed."""
     return [
@@ -260,38 +285,159 @@ class Committer:
             )
         self.refuse_outside_transactions("commit()")
         self._refuse_lost(message, offsets)
+        earlier, earlier_chunks = self._earlier_all(message, offsets)
+        group = self._group
         helped = False
-        if self._group is not None and offsets is None:
-            helped = self._commit_chunks(message, asynchronous)
-            if helped and message is not None:
+        if group is not None and offsets is None:
+            helped, chunk_record = self._commit_chunks(message, asynchronous, earlier_chunks)
+            if chunk_record and not earlier:
                 self._reporter.publish()
                 return None if asynchronous else []
-        elif self._group is not None and offsets is not None:
+            if chunk_record:
+                message = None  # claimed in the helper's path; the core takes the rest
+        elif group is not None and offsets is not None:
             mine, offsets = self._chunk_offsets(offsets)
+            mine = _merged(mine, earlier_chunks)
             if mine:
                 helped = True
-                self._group.commit(mine, not asynchronous, self._commit_timeout_s)
-                if not offsets:
+                group.commit(mine, not asynchronous, self._commit_timeout_s)
+                if not offsets and not earlier:
                     self._reporter.publish()
                     return None if asynchronous else []
         try:
-            changes = self.changes([message] if message is not None else None, offsets)
+            if message is None and offsets is None and earlier:
+                changes: dict[Key, Change] = {}  # a chunk record's: what came before it
+            else:
+                changes = self.changes([message] if message is not None else None, offsets)
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._NO_OFFSET and helped:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                raise
+            if earlier:
+                changes = {}
+            elif helped:
                 # only chunk records were handed out, or only their offsets given
                 return None if asynchronous else []
-            if exc.args[0].code() == KafkaError._NO_OFFSET and asynchronous and (
-                message is not None or offsets is not None
-            ):
+            elif asynchronous and (message is not None or offsets is not None):
                 # confluent-kafka's asynchronous commit of offsets librdkafka does not
                 # commit (logical ones, an empty list, a message built without an offset)
                 # returns; only a bare one before anything was consumed raises (docs/api.md)
                 return None
-            raise
+            else:
+                raise
+        for key, claims in earlier.items():
+            changes.setdefault(key, Change()).claims.extend(claims)
         try:
             return self._write(changes, asynchronous)
         finally:
             self._reporter.publish()
+
+    # -- delivery order across streams ---------------------------------------------------------
+    def _earlier_all(
+        self, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> tuple[dict[Key, list[Claim]], dict[Key, list[Claim]]]:
+        """What ``commit(message=m)`` or ``commit(offsets=[m.offset() + 1])`` claims besides
+        m's own stream: the records of m's partition the other streams handed out before m
+        (confluent-kafka's "m and everything delivered before it on its partition", with
+        delivery order across streams). Core claims, chunk claims."""
+        points: list[tuple[Key, int]] = []
+        if message is not None:
+            try:
+                found = claimable(message)
+            except KafkaException:
+                found = None  # the call raises its own error for it
+            if found is not None:
+                mine, theirs = self._earlier(*found, message)
+                return ({found[0]: mine} if mine else {}), ({found[0]: theirs} if theirs else {})
+        elif offsets is not None:
+            points = [
+                ((t.topic, t.partition), t.offset - 1)
+                for t in offsets
+                if t.offset > 0 and self._after_a_record((t.topic, t.partition), t.offset)
+            ]
+        core: dict[Key, list[Claim]] = {}
+        chunks: dict[Key, list[Claim]] = {}
+        for key, offset in points:
+            mine, theirs = self._earlier(key, offset)
+            if mine:
+                core.setdefault(key, []).extend(mine)
+            if theirs:
+                chunks.setdefault(key, []).extend(theirs)
+        return core, chunks
+
+    def _after_a_record(self, key: Key, offset: int) -> bool:
+        """Whether ``commit(offsets=[offset])`` is the offset after a record, as
+        ``commit(message=)`` of it: a chunk record's, a backlog record's that is no
+        position the primary was at too (the backlog's end F is also where the primary
+        starts: an application committing ``position()`` says F with no record meant), or
+        a record the primary handed out and no child."""
+        if self._group is not None and self._group.holds(key, offset - 1):
+            return True
+        history = self._p.history.get(key)
+        if history is None:
+            return False
+        self._delivery.observe([key])
+        if history.child_offset_claim(offset) is not None:
+            return True
+        return history.primary_only(offset - 1)
+
+    def _earlier(
+        self, key: Key, offset: int, message: Message | None = None
+    ) -> tuple[list[Claim], list[Claim]]:
+        """The records of ``key`` every stream handed out before the record at ``offset``,
+        when its place in delivery order is known: a recent call off the hot path returned
+        it (what was returned after it is left out, and the primary's records if hot calls
+        ran since), or from the primary's run after the last move onto the hot
+        path (the child's records handed out before that move). Otherwise nothing: an
+        older record (the seek-back recipe) claims its own stream alone, as before."""
+        d = self._delivery
+        a = self._p.assigned.get(key)
+        if a is not None:
+            d.observe([key])  # the primary's live run, before anything reads its runs
+        placed = d.place(key, offset, message)
+        if placed is not None and not placed[2] and self._deliveries(key, offset) != 1:
+            placed = None  # delivered twice: which delivery the offset means is not known
+        if placed is None:
+            return self._after_cut(key, offset), []
+        after, primary_too, _ = placed
+        limit = d.transit_limits().get(key)
+        if limit is not None:
+            after.append(limit)
+        core: list[Claim] = []
+        if a is not None:
+            core = [c for c in a.epoch.handed_claims() if c.child or primary_too]
+        chunks = self._group.handed_of(key) if self._group is not None else []
+        return _before(core, after), _before(chunks, after)
+
+    def _deliveries(self, key: Key, offset: int) -> int:
+        """How many remembered runs (the core's and the helper's) may have handed out
+        ``offset`` of ``key``; 2 if a forgotten one may have."""
+        n = 0
+        histories = [self._p.history.get(key)]
+        if self._group is not None:
+            histories.append(self._group.history_of(key))
+        for history in histories:
+            if history is None:
+                continue
+            if offset in history.forgotten:
+                return 2
+            for epoch in history.epochs:
+                n += sum(r.holds(offset) for r in (*epoch.primary, *epoch.child))
+        return n
+
+    def _after_cut(self, key: Key, offset: int) -> list[Claim]:
+        """A record the primary handed out after the last move onto the hot path, and
+        no other stream may have: the child's records handed out before that move."""
+        cut = self._delivery.cuts.get(key)
+        history = self._p.history.get(key)
+        if cut is None or history is None or offset < cut.next or not cut.run.holds(offset):
+            return []
+        if offset in history.forgotten:
+            return []
+        for epoch in history.epochs:
+            for run in (*epoch.primary, *epoch.child):
+                if run is not cut.run and run.holds(offset):
+                    return []  # handed out by another run too: its place is not known
+        return list(cut.child)
 
     def _refuse_lost(
         self, message: Message | None, offsets: list[TopicPartition] | None
@@ -319,19 +465,29 @@ class Committer:
             )
 
     # -- group-wide catch-up: chunk records are committed in the helper's own path ------------
-    def _commit_chunks(self, message: Message | None, asynchronous: bool) -> bool:
+    def _commit_chunks(
+        self,
+        message: Message | None,
+        asynchronous: bool,
+        earlier: dict[Key, list[Claim]] | None = None,
+    ) -> tuple[bool, bool]:
         """Commit what the application processed of chunks this member read for the group
         (never into the group's log: their partitions are another member's, or this one's
-        own offsets move only by the claims log's done). True if there was any."""
+        own offsets move only by the claims log's done), with ``earlier``: chunk records
+        handed out before the committed record. Whether there was any, and whether
+        ``message`` is a chunk record."""
         group = self._group
         assert group is not None
+        chunk_record = False
         if message is not None:
             mine, _ = group.split([message])
+            chunk_record = bool(mine)
         else:
             mine = group.handed(self._delivery.transit_limits())
+        mine = _merged(mine, earlier or {})
         if mine:
             group.commit(mine, not asynchronous, self._commit_timeout_s)
-        return bool(mine)
+        return bool(mine), chunk_record
 
     def _chunk_offsets(
         self, offsets: list[TopicPartition]
@@ -404,28 +560,33 @@ class Committer:
         self, message: Message | None, offsets: list[TopicPartition] | None
     ) -> None:
         self.refuse_outside_transactions("store_offsets()")
-        changes: dict[Key, Change]
-        if self._group is not None and message is not None:
-            mine, _ = self._group.split([message])
+        earlier, earlier_chunks = self._earlier_all(message, offsets)
+        changes: dict[Key, Change] = {}
+        chunk_record = False
+        if self._group is not None:
+            mine: dict[Key, list[Claim]] = {}
+            if message is not None:
+                mine, _ = self._group.split([message])
+                chunk_record = bool(mine)
+            elif offsets is not None:
+                mine, offsets = self._chunk_offsets(offsets)
+                chunk_record = bool(mine) and not offsets
+            mine = _merged(mine, earlier_chunks)
             if mine:
                 self._group.stage(mine)
-                return
-        if self._group is not None and offsets is not None:
-            mine, offsets = self._chunk_offsets(offsets)
-            if mine:
-                self._group.stage(mine)
-                if not offsets:
-                    return
-        if message is not None:
+        if chunk_record:
+            pass  # staged for the helper's path; the core stores what came before it
+        elif message is not None:
             self._primary.store_offsets(message=message)
             found = claimable(message, "store")
-            if found is None:
-                return  # as librdkafka: nothing stored
-            key, offset = found
-            changes = {key: Change([self._record_claim(key, offset)])}
+            if found is not None:  # else, as librdkafka: nothing stored
+                key, offset = found
+                changes = {key: Change([self._record_claim(key, offset)])}
         else:
             self._primary.store_offsets(offsets=offsets)
             changes = self._offset_changes(offsets or [])
+        for key, claims in earlier.items():
+            changes.setdefault(key, Change()).claims.extend(claims)
         for key, change in changes.items():
             a = self._p.assigned.get(key)
             if a is None:

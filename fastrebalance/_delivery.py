@@ -26,7 +26,7 @@ import logging
 import operator
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,9 +37,9 @@ from ._arguments import timeout_s
 from ._child import Child
 from ._config import ParallelConfig
 from ._partitions import Assigned, Key, Partitions
-from ._routing import UNKNOWN_START
+from ._routing import UNKNOWN_START, Claim, Run
 
-__all__ = ["CHILD_SHARE", "Delivery"]
+__all__ = ["CHILD_SHARE", "Cut", "Delivery"]
 
 log = logging.getLogger("fastrebalance.consumer")
 
@@ -49,6 +49,10 @@ CHILD_SHARE = 8
 #: Records the primary's consume() returned that are kept for a revoke inside a later
 #: consume() (see ``credit_returned``) before the primary's position is read instead.
 _RETURNED_MAX = 4096
+#: Records of the recent calls kept to place a committed record in delivery order (and
+#: always the latest call's, however many): a commit of an older one claims its own
+#: stream alone.
+_WINDOW = 4096
 #: Longest single wait on the primary while the child may have records, seconds.
 _SLICE_S = 0.01
 #: Longest single wait on the primary when the child is idle: a rebalance inside
@@ -136,6 +140,19 @@ def hot_consume(self: Any, num_messages: int = 1, timeout: float = -1.0) -> list
     return d._consume_slow(num_messages, timeout)
 
 
+class Cut:
+    """One partition when the calls moved onto the hot path: the child's records handed
+    out before (``child``), and the primary's live ``run`` with its ``next`` then. A record
+    of that run at or past ``next`` was handed out after every one of them."""
+
+    __slots__ = ("child", "next", "run")
+
+    def __init__(self, run: Run, nxt: int, child: list[Claim]) -> None:
+        self.run = run
+        self.next = nxt
+        self.child = child
+
+
 class Delivery:
     """poll()/consume() over both streams, and what each stream handed out."""
 
@@ -184,6 +201,18 @@ class Delivery:
         # thread: hence the lock.
         self._in_transit: Counter[tuple[str, int, int]] = Counter()
         self._transit_lock = threading.Lock()
+        # Delivery order across streams, for commit(message=m) (see ``place``): the records
+        # the recent calls off the hot path returned (a reference per call, never per
+        # record; at least the latest call, at most _WINDOW records), how many calls were
+        # recorded, and from which call on no hot call ran since (hot calls hand out the
+        # primary's records only, so they never add to the other streams).
+        self._calls: deque[tuple[Message, ...]] = deque()
+        self._window = 0
+        self._ncalls = 0
+        self._hot_from = 0
+        #: per partition, the child's records handed out before the last move onto the
+        #: hot path, and where the primary's live run was then (see ``Cut``)
+        self.cuts: dict[Key, Cut] = {}
 
     # -- the hot-path flag ----------------------------------------------------------------
     def mark_due(self) -> None:
@@ -197,11 +226,101 @@ class Delivery:
         timer firing meanwhile always leaves it False."""
         p = self._p
         s = self._settings
+        was = self.steady
         self.steady = not (
             self._reading or p.unresolved or p.deferred or s.transactional or s.group_catchup
         )
         if self.due:
             self.steady = False
+        if self.steady and not was:
+            self._cut()
+
+    def _cut(self) -> None:
+        """The next calls may take the hot path, which records nothing: remember what the
+        child handed out so far, and where each primary run is, so that a commit of a
+        record the primary hands out from here can still claim the backlog before it."""
+        self._hot_from = self._ncalls
+        assigned = self._p.assigned
+        keys = [k for k, a in assigned.items() if any(r.next > r.start for r in a.epoch.child)]
+        old, self.cuts = self.cuts, {}
+        if not keys:
+            return
+        self.observe(keys)
+        for key in keys:
+            epoch = assigned[key].epoch
+            live = epoch.live
+            if live.start == UNKNOWN_START:
+                continue
+            child = [c for c in epoch.handed_claims() if c.child]
+            before = old.get(key)
+            if before is not None and before.run is live and before.child == child:
+                # nothing handed out by the child since the earlier move (the auto-commit
+                # takes a call off the hot path every interval): the earlier point stands,
+                # or a record handed out since it would lose the backlog before it
+                self.cuts[key] = before
+                continue
+            self.cuts[key] = Cut(live, live.next, child)
+
+    def _handed(self, msgs: list[Message]) -> None:
+        """A call off the hot path returns ``msgs`` (never empty). Entered from the hot
+        path (``steady``), more hot calls may follow it unrecorded."""
+        calls = self._calls
+        calls.append(tuple(msgs))  # the caller's list is theirs to change
+        self._window += len(msgs)
+        self._ncalls += 1
+        while self._window > _WINDOW and len(calls) > 1:
+            self._window -= len(calls.popleft())
+        if self.steady:
+            self._hot_from = self._ncalls
+
+    def place(
+        self, key: Key, offset: int, message: Message | None = None
+    ) -> tuple[list[int], bool, bool] | None:
+        """Where a record stands in delivery order, if a recent call off the hot path
+        returned it (else None): the offsets of ``key``'s records returned after it (by
+        that call and the later ones), whether no hot call ran since, and whether it is
+        ``message`` itself (else the record at ``offset``, which may have been delivered
+        before too). Everything the child handed out of ``key`` so far came before it but
+        for those (the hot path hands out the primary's records only); so did everything
+        the primary handed out, if no hot call ran since."""
+        topic, partition = key
+        found = None
+        if message is not None:
+            found = self._find(key, lambda m: m is message)
+        itself = found is not None
+        if found is None:
+            found = self._find(
+                key,
+                lambda m: m.offset() == offset and m.partition() == partition
+                and m.topic() == topic,
+            )  # fmt: skip
+        if found is None:
+            return None
+        number, after = found
+        return after, number >= self._hot_from, itself
+
+    def _find(
+        self, key: Key, match: Callable[[Message], bool]
+    ) -> tuple[int, list[int]] | None:
+        """The newest recorded call that returned a record ``match`` accepts (its number)
+        and the offsets of ``key``'s records returned after that record."""
+        topic, partition = key
+        later: list[int] = []
+        calls = self._calls
+        for back in range(len(calls)):
+            msgs = calls[-1 - back]
+            at = next((i for i in range(len(msgs) - 1, -1, -1) if match(msgs[i])), None)
+            mine = [
+                (i, o)
+                for i, x in enumerate(msgs)
+                if x.partition() == partition and x.topic() == topic
+                and (o := x.offset()) is not None
+            ]  # fmt: skip
+            if at is None:
+                later += [o for _, o in mine]
+                continue
+            return self._ncalls - 1 - back, [o for i, o in mine if i > at] + later
+        return None
 
     # -- poll() ---------------------------------------------------------------------------
     poll = hot_poll
@@ -224,16 +343,19 @@ class Delivery:
                     got = child.consume(1)
                     if got:
                         self._fair = 0
+                        self._handed(got)
                         return got[0]
                 m = self._admit(self._primary.poll(0))
                 if m is not None:
                     self._fair += 1
                     if self._p.unresolved:
                         self._resolve([m])
+                    self._handed([m])
                     return m
                 got = child.consume(1)
                 if got:
                     self._fair = 0
+                    self._handed(got)
                     return got[0]
                 wait = self._slice(deadline, _SLICE_S)
             else:
@@ -245,6 +367,7 @@ class Delivery:
                 self._fair += 1
                 if self._p.unresolved:
                     self._resolve([m])
+                self._handed([m])
                 return m
             now = time.monotonic()
 
@@ -331,7 +454,9 @@ class Delivery:
                 elif fresh:
                     self._fair += 1
                 if fresh or backlog:
-                    return fresh + backlog
+                    msgs = fresh + backlog
+                    self._handed(msgs)
+                    return msgs
                 wait = self._slice(deadline, _SLICE_S)
             else:
                 wait = self._slice(deadline, self._idle_slice())
@@ -340,6 +465,7 @@ class Delivery:
             msgs = self._batch(num, wait)
             if msgs:
                 self._fair += 1
+                self._handed(msgs)
                 return msgs
             now = time.monotonic()
 
@@ -467,6 +593,7 @@ class Delivery:
         # stays in the history, closed, so a late commit of one of its records claims no
         # more than every stream that may have handed out that offset agrees on.
         history = self._p.history[key]
+        self.cuts.pop(key, None)  # its child records are the old log's too
         a.epoch = history.begin(restart, restart)
         a.epoch.live.advance(position)
         history.trim(a.epoch)

@@ -914,6 +914,20 @@ class GroupCatchup:
                 out[key] = claims
         return out
 
+    def history_of(self, key: Key) -> History | None:
+        """What this member's child handed out of ``key``'s chunks."""
+        h = self._helped.get(key)
+        return None if h is None else h.history
+
+    def handed_of(self, key: Key) -> list[Claim]:
+        """Every chunk record of ``key`` the child handed out so far, whatever
+        enable.auto.offset.store says: a commit of a later record covers them
+        (``Committer._earlier``)."""
+        h = self._helped.get(key)
+        if h is None:
+            return []
+        return h.epoch.handed_claims() + _unclaimed(h, h.history.forgotten)
+
     def stage(self, claims: dict[Key, list[Claim]]) -> None:
         """store_offsets() of chunk records: claimed by the next commit."""
         for key, cl in claims.items():

@@ -309,6 +309,15 @@ class History:
             return None
         return self.record_claim(last)
 
+    def primary_only(self, offset: int) -> bool:
+        """Whether a primary run may have handed out ``offset`` and no child run did."""
+        if offset in self.forgotten:
+            return False
+        runs = [(r, False) for e in self.epochs for r in e.primary]
+        runs += [(r, True) for e in self.epochs for r in e.child]
+        held = [child for r, child in runs if r.holds(offset)]
+        return bool(held) and not any(held)
+
     def unhand_child(self, offset: int) -> RangeSet:
         """A seek back to ``offset`` of what the child streams read: their records from
         ``offset`` on count as not handed out (a bare commit claims them only once a run

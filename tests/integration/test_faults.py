@@ -169,18 +169,17 @@ def test_foreign_metadata_is_kept_as_the_applications(
         assert (tp.offset, tp.metadata) == (50, FOREIGN[kind])
         produce(bs, topic, 5, start=200)
         got = drain_offsets(c, set(range(50, 205)))
-        fresh = max(got, key=lambda m: m.offset())
-        # the primary's record only: the backlog stays pending, so a token is written
-        c.commit(message=fresh, asynchronous=False)
+        first = next(m for m in got if m.offset() == 50)
+        # the backlog's first record: it and what came before it in delivery order (fresh
+        # records only) are claimed, [51, 200) stays pending, so a token is written
+        c.commit(message=first, asynchronous=False)
         _, stored = group_metadata(bs, unique_group, topic)
         token = decode_group_token(stored)
         assert token is not None and token.user_metadata is None  # none given ("" is not)
-        c.commit(
-            offsets=[TopicPartition(topic, 0, fresh.offset() + 1, FOREIGN[kind])],
-            asynchronous=False,
-        )
+        # 200, where the primary started, claims nothing more: the token carries the metadata
+        c.commit(offsets=[TopicPartition(topic, 0, 200, FOREIGN[kind])], asynchronous=False)
         (tp,) = c.committed([TopicPartition(topic, 0)])
-        assert (tp.offset, tp.metadata) == (50, FOREIGN[kind])
+        assert (tp.offset, tp.metadata) == (51, FOREIGN[kind])
     finally:
         c.close()
 
