@@ -310,6 +310,10 @@ class Child:
             except (KafkaException, RuntimeError) as exc:
                 log.warning("child unassign failed: %s", exc)
 
+    def stop_all(self) -> None:
+        """Stop reading every partition (the primary failed fatally: see the facade)."""
+        self.stop(list(self._cursors))
+
     def forget(self, keys: Iterable[Key]) -> None:
         """The partitions left this member: stop, and drop their pause state too."""
         keys = list(keys)
