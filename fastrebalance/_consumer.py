@@ -684,6 +684,10 @@ class Consumer:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._TIMED_OUT:
                 raise
+            # the primary's close() is still under way on that thread, and the child's
+            # was to come after it: started now, on its own (left open, it went on
+            # connecting to the broker for as long as the process lived)
+            child.close(wait=False)
             log.error(
                 "close() gave up waiting: %s. Uncommitted progress is not lost: the committed "
                 "offsets stay safe and those records will be delivered again.",
