@@ -26,6 +26,7 @@ import enum
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -164,6 +165,12 @@ def _record(moved: dict[Key, _Cursor]) -> None:
     moved.clear()
 
 
+#: Every Child with an open librdkafka handle, held weakly: the test suite checks after each
+#: test that none outlives it (a child a closed or collected Consumer left open logged into
+#: later tests; tests/conftest.py). Bookkeeping of the owner's thread only.
+OPEN: weakref.WeakSet[Child] = weakref.WeakSet()
+
+
 class Child:
     def __init__(
         self,
@@ -183,6 +190,7 @@ class Child:
         self._paused: set[Key] = set()
         self._backoff: dict[Key, _Cursor] = {}  # waiting out a reset loop
         self._closed = False
+        self._close_lock = threading.Lock()
         self._needs_restart = False
         # librdkafka said a partition or topic is unknown (deleted?): the next consume()
         # looks at the metadata of the topics being read (set by error_cb, same thread)
@@ -235,24 +243,32 @@ class Child:
             conf["error_cb"] = error_cb
             conf["on_commit"] = self._on_commit
             self._handle = _RdConsumer(conf)
+            OPEN.add(self)
             self.handles_created += 1
             log.info("child consumer started (group %s)", conf.get("group.id"))
         return self._handle
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """Close the handle within ``close_timeout_s`` (librdkafka's close waits for the
-        outstanding checkpoint commits; on a hung broker it would wait forever)."""
-        if self._closed:
-            return
-        self._closed = True
+        outstanding checkpoint commits; on a hung broker it would wait forever). Not
+        ``wait``: start closing it and return (the facade's close() gave up waiting for
+        the primary's, on the thread that would have closed this one next)."""
+        with self._close_lock:  # that thread may still get here, once the primary closed
+            if self._closed:
+                return
+            self._closed = True
+            handle, self._handle = self._handle, None
         self._cursors.clear()
         self._backoff.clear()
-        handle, self._handle = self._handle, None
+        OPEN.discard(self)
         if handle is not None:
             try:
-                call_bounded(handle.close, self._close_timeout, "child close()")
+                call_bounded(
+                    handle.close, self._close_timeout if wait else 0.0, "child close()"
+                )
             except (RuntimeError, KafkaException) as exc:
-                log.warning("child consumer close failed: %s", exc)
+                if wait:
+                    log.warning("child consumer close failed: %s", exc)
 
     # -- assignment -----------------------------------------------------------
     def start(self, key: Key, ledger: Ledger, epoch: Epoch, at: int = 0) -> None:
@@ -309,6 +325,10 @@ class Child:
                 self._handle.incremental_unassign(gone)
             except (KafkaException, RuntimeError) as exc:
                 log.warning("child unassign failed: %s", exc)
+
+    def stop_all(self) -> None:
+        """Stop reading every partition (the primary failed fatally: see the facade)."""
+        self.stop(list(self._cursors))
 
     def forget(self, keys: Iterable[Key]) -> None:
         """The partitions left this member: stop, and drop their pause state too."""

@@ -213,6 +213,9 @@ class Delivery:
         #: per partition, the child's records handed out before the last move onto the
         #: hot path, and where the primary's live run was then (see ``Cut``)
         self.cuts: dict[Key, Cut] = {}
+        #: called once with the primary's fatal error when a call of the slow path meets it
+        #: (set by the facade, which then stops both streams but the primary's own)
+        self.on_fatal: Callable[[KafkaError], None] | None = None
 
     # -- the hot-path flag ----------------------------------------------------------------
     def mark_due(self) -> None:
@@ -448,6 +451,8 @@ class Delivery:
                 if reserve == 0 and self._fair >= CHILD_SHARE:
                     reserve = 1
                 fresh = self._batch(num - reserve, 0) if num > reserve else []
+                if fresh and self.check_fatal(fresh):
+                    return fresh  # nothing more of the child's: its reading stopped
                 backlog = child.consume(num - len(fresh))
                 if backlog:
                     self._fair = 0
@@ -464,10 +469,27 @@ class Delivery:
                 return []
             msgs = self._batch(num, wait)
             if msgs:
+                self.check_fatal(msgs)
                 self._fair += 1
                 self._handed(msgs)
                 return msgs
             now = time.monotonic()
+
+    # -- the primary's fatal error -----------------------------------------------------------
+    def check_fatal(self, msgs: list[Message]) -> bool:
+        """Whether the primary handed out its fatal error among ``msgs`` (``on_fatal`` is
+        then told). librdkafka reports it as an error event from poll()/consume() (its
+        error_cb is not called for it: measured with a static member fenced on Apache Kafka
+        3.9), after which the primary hands out nothing and refuses every commit. The hot
+        path does not look (a call per record): there the child reads nothing, so the
+        primary's own stream is all there is, as on a plain consumer."""
+        for m in msgs:
+            err = m.error()
+            if err is not None and err.code() == KafkaError._FATAL:
+                if self.on_fatal is not None:
+                    self.on_fatal(err)
+                return True
+        return False
 
     # -- records that are not handed out, or tell where a run starts ------------------------
     def _idle_slice(self) -> float:
@@ -498,6 +520,8 @@ class Delivery:
             gone, p.revoked_in_call = p.revoked_in_call, set()
             if m is not None and (m.topic(), m.partition()) in gone:
                 return None
+        if m is not None and m.error() is not None:
+            self.check_fatal([m])
         deferred = p.deferred
         if m is not None and deferred and (m.topic(), m.partition()) in deferred:
             return None

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from fastrebalance import Consumer, TopicPartition
+from fastrebalance._child import ChildState
 from fastrebalance.testing import OwnCluster, kip848_supported, open_own_cluster
 
 from .helpers import base_conf, drain, produce, timed
@@ -268,6 +269,9 @@ def test_close_of_a_subscribed_member_is_bounded(cluster: OwnCluster, unique_gro
         elapsed, outcome = timed(c.close)
         print(f"\nclose() of a member on a hung broker: {elapsed:.2f}s")
         assert outcome is None and elapsed < REVOKE_WAIT_S + 2 * S + SLACK, (elapsed, outcome)
+        # the child's close was to follow the primary's, still under way: started anyway
+        # (before, the child stayed open and went on connecting long after the test)
+        assert c._child.state is ChildState.CLOSED
     finally:
         cluster.resume()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from fastrebalance._config import ParallelConfig
 from fastrebalance._delivery import Delivery, hot_poll
@@ -77,3 +77,39 @@ def test_poll_hands_out_the_records_of_a_partition_assigned_again() -> None:
     d = _delivery(_Primary([_record(X0, 200)]), p)
     m = d._poll_slow(5.0)
     assert m is not None and m.offset() == 200
+
+
+class _ReadingChild:
+    """A child with backlog records to hand out, counting its calls."""
+
+    active = True
+    _cursors: dict[Any, Any] = {X0: None}
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def consume(self, num: int, timeout: float = 0.0) -> list[Message]:
+        self.calls += 1
+        return [_record(X0, 5)]
+
+
+class _FailingPrimary(_Primary):
+    def consume(self, num: int, timeout: float) -> list[Message]:
+        return [self.records.pop(0)] if self.records else []
+
+
+def test_the_primarys_fatal_error_ends_the_merge_in_that_very_call() -> None:
+    # librdkafka's consumer hands out nothing after its fatal error: neither may the child,
+    # in the same consume() (before, its backlog kept coming: 3,670 records in 20 s)
+    fatal = Message(error=KafkaError(KafkaError._FATAL, "Fatal error: fenced"))
+    for method in ("poll", "consume"):
+        p = Partitions()
+        p.open(X0, Ledger(0), 0, 100)
+        child = _ReadingChild()
+        told: list[KafkaError] = []
+        settings = ParallelConfig(enabled=True)
+        d = Delivery(_FailingPrimary([fatal]), child, p, settings, lambda now: None)  # type: ignore[arg-type]
+        d.on_fatal = told.append
+        got = d._consume_slow(10, 1.0) if method == "consume" else [d._poll_slow(1.0)]
+        assert [m.error().code() for m in got if m is not None] == [KafkaError._FATAL], method
+        assert len(told) == 1 and child.calls == 0, method
