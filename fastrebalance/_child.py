@@ -190,8 +190,9 @@ class Child:
         self._held_back: set[Key] = set()
         #: favoured partitions that stalled (``FAVOUR_STALL_S``): they hold nothing back
         self._stalled: set[Key] = set()
-        #: the favoured partitions' positions and when they last moved, while holding back
-        self._hold_mark: tuple[int, float] = (0, 0.0)
+        #: while holding back: the favoured partitions' positions, when they last moved,
+        #: and when consume() last looked
+        self._hold_mark: tuple[int, float, float] = (0, 0.0, 0.0)
         self._closed = False
         self._needs_restart = False
         # librdkafka said a partition or topic is unknown (deleted?): the next consume()
@@ -403,7 +404,8 @@ class Child:
         )
         hold = {k for k in self._cursors if k not in self._favoured} if first else set()
         if hold and not self._held_back:
-            self._hold_mark = (self._favoured_progress(), time.monotonic())
+            now = time.monotonic()
+            self._hold_mark = (self._favoured_progress(), now, now)
         pause = [k for k in hold - self._held_back if k not in self._paused]
         resume = [k for k in self._held_back - hold if k in self._cursors]
         self._held_back = hold
@@ -426,13 +428,16 @@ class Child:
 
     def _check_stall(self) -> None:
         """Holding back: the favoured partitions' records must keep coming, else they
-        hold nothing back any more (``FAVOUR_STALL_S``)."""
-        progress, since = self._hold_mark
+        hold nothing back any more (``FAVOUR_STALL_S``). Only time the application spent
+        calling counts: a long pause between two calls (its own work) is no stall."""
+        progress, since, last = self._hold_mark
         now = time.monotonic()
         moved = self._favoured_progress()
-        if moved != progress:
-            self._hold_mark = (moved, now)
-        elif now - since > FAVOUR_STALL_S:
+        if moved != progress or now - last > FAVOUR_STALL_S / 2:
+            self._hold_mark = (moved, now, now)
+        elif now - since <= FAVOUR_STALL_S:
+            self._hold_mark = (progress, since, now)
+        else:
             log.info("child consumer: no record of %s in %.1fs: the other partitions are "
                      "read again meanwhile", sorted(self._favoured), FAVOUR_STALL_S)  # fmt: skip
             self._stalled |= self._favoured

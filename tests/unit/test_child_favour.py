@@ -107,14 +107,21 @@ def test_a_favoured_partition_whose_records_do_not_come_stops_holding_the_others
     child, handle = _child(BIG, SMALL)
     child.favour([SMALL])
     assert handle.paused == {0}
-    clock[0] += FAVOUR_STALL_S / 2
+
+    def polls(seconds: float) -> None:  # a busy poll loop
+        for _ in range(int(seconds / 0.1)):
+            clock[0] += 0.1
+            child.consume(10)
+
+    polls(FAVOUR_STALL_S * 0.9)
     child._cursors[SMALL].pos = 10  # records came: still favoured
-    child.consume(10)
-    clock[0] += FAVOUR_STALL_S / 2 + 0.1
-    child.consume(10)
+    polls(FAVOUR_STALL_S * 0.9)
     assert handle.paused == {0}
-    clock[0] += FAVOUR_STALL_S + 0.1  # nothing since (its leader gone, say)
+    clock[0] += FAVOUR_STALL_S * 2  # the application's own work between two calls
     child.consume(10)
+    polls(FAVOUR_STALL_S * 0.9)
+    assert handle.paused == {0}
+    polls(FAVOUR_STALL_S * 0.3)  # nothing for longer than the bound (its leader gone, say)
     assert handle.paused == set()
     child.favour([SMALL])  # asked again each tick: the stalled one stays unfavoured
     assert handle.paused == set()
