@@ -42,7 +42,7 @@ Nothing here does I/O; ``_claimslog`` reads and writes the topic.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from ._ranges import RangeSet
@@ -311,6 +311,14 @@ class ClaimsState:
     def open_chunks(self) -> int:
         """Chunks not done yet (free or held)."""
         return sum(1 for c in self._chunks.values() if c.done_by is None)
+
+    def left(self, keys: Collection[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Per partition of ``keys``, its chunks not done yet (free or held)."""
+        out = dict.fromkeys(keys, 0)
+        for (t, p, _, _), c in self._chunks.items():
+            if c.done_by is None and (t, p) in out:
+                out[(t, p)] += 1
+        return out
 
     def done(self, topic: str, partition: int, lineage: str) -> RangeSet:
         """Offsets of the partition that some member processed and committed in

@@ -390,6 +390,7 @@ class GroupCatchup:
         self._announce_lineages(now)
         self._offer()
         self._advance_reading()
+        self._favour()
         self._finish_tails()
         self._maybe_claim(now)
         if self._claims_out:
@@ -434,6 +435,7 @@ class GroupCatchup:
         for ck in sorted(self._held):
             self._drop(ck, "given up: group-wide catch-up is off", lost=False)
         self._claims_out.clear()
+        self._child.favour(())
         owned = list(self._owned)
         self._owned.clear()
         self._offering.clear()
@@ -702,6 +704,24 @@ class GroupCatchup:
                 log.debug("reading %s", ck)
                 h.runs[ck] = h.epoch.child[-1]
                 h.history.trim(h.epoch)
+
+    def _favour(self) -> None:
+        """The child hands out a *small* partition's records before the others' it reads
+        (``Child.favour``): one whose chunks not done all fit in what a member reads
+        ahead, the partitions ``_pick`` claims whole and first. Claimed first, their
+        records still came last: the child hands records out in fetch order, and the big
+        partitions' chains started beside them had tens of thousands queued ahead (2
+        members, 40,000 / 20,000 / 500 / 1,500 records: the 1,500-record partition won
+        at 0.9 s, handed out from 13.0 s, behind the 20,000-record partition's whole
+        block; per-member catch-up, whose owner reads it alone, was done at 2.0 s). A
+        big partition's last chunks count as small too: read first, its tail is done no
+        later, and the member's work stays the same."""
+        reading = [k for k, h in self._helped.items() if h.chain]
+        if not reading:
+            self._child.favour(())
+            return
+        left = self._state.left(reading)
+        self._child.favour(k for k in reading if left[k] <= self._prefetch)
 
     def _finish_tails(self) -> None:
         """A chunk read to its end whose last offsets hold no record (transaction markers,

@@ -327,3 +327,14 @@ def test_a_done_of_one_lineage_is_never_anothers(ops: list[Op]) -> None:
     for k in state:
         if state.is_done(k):
             assert state.lineage(k) == "L1"
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ops)
+def test_left_counts_the_chunks_not_done_of_each_partition_asked(ops: list[Op]) -> None:
+    """``left`` (what ``Child.favour`` is decided on) agrees with ``holdings`` for any
+    log, and names every partition asked, 0 for one with no chunk."""
+    state = _replay(_log(ops))
+    other = (T, 1)
+    got = state.left([(T, 0), other])
+    assert got == {(T, 0): len(state.holdings()), other: 0}

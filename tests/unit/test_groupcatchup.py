@@ -70,6 +70,10 @@ class Child:
         self.cursors: dict[Any, Any] = {}
         self.stopped: list[Any] = []
         self.paused: set[Any] = set()
+        self.favoured: set[Any] = set()
+
+    def favour(self, keys: Any) -> None:
+        self.favoured = set(keys)
 
     def is_paused(self, key: Any) -> bool:
         return key in self.paused
@@ -976,6 +980,28 @@ def test_a_small_partition_is_claimed_whole_before_the_big_ones(monkeypatch: Any
     assert len(claims) == 5  # and the big one's first chunks, up to the records ahead
     a.tick()
     assert a.child.hand_all(small) == (0, 30)  # one chain: one fetch, not three
+
+
+def test_a_small_partition_s_records_go_before_the_big_ones_it_is_read_beside(
+    monkeypatch: Any,
+) -> None:
+    # 2 members, 40,000 / 20,000 / 500 / 1,500 records in chunks of 500: the member that
+    # won the 1,500-record partition's chunks at 0.9 s started them beside its big chains,
+    # and the child handed them out from 13.0 s, behind the 20,000-record partition's
+    # block librdkafka had fetched first (per-member catch-up: done at 2.0 s)
+    from fastrebalance import _groupcatchup
+
+    monkeypatch.setattr(_groupcatchup, "PREFETCH_RECORDS", 50)
+    a, _, _, _ = _team()
+    small = (KEY[0], 3)
+    a.g.own([(KEY, Ledger(200, RangeSet([(0, 200)]))), (small, Ledger(30, RangeSet([(0, 30)])))])
+    a.tick()
+    a.tick()  # won: both read, side by side
+    assert set(a.child.cursors) == {KEY, small}
+    assert a.child.favoured == {small}  # its records first: the big one waits meanwhile
+    assert a.child.hand_all(small) == (0, 30)
+    a.tick()
+    assert a.child.favoured == set()  # nothing small read any more: the big one flows
 
 
 def test_an_owner_claims_its_own_small_partition_from_its_first_chunk(monkeypatch: Any) -> None:
