@@ -222,25 +222,22 @@ class Delivery:
             self._between_calls(now)
             if child.active:
                 lead = self._lead
-                if self._fair >= CHILD_SHARE or lead.backlog_first():
+                if self._fair >= CHILD_SHARE or (lead.behind and lead.backlog_first()):
                     got = child.consume(1)
-                    lead.child(1, len(got))
+                    lead.polled_child(bool(got))
                     if got:
                         self._fair = 0
-                        lead.polled()
                         return got[0]
                 m = self._admit(self._primary.poll(0))
-                lead.primary(1, m is not None)
+                lead.polled_primary(m is not None)
                 if m is not None:
                     self._fair += 1
-                    lead.polled()
                     if self._p.unresolved:
                         self._resolve([m])
                     return m
-                got = child.consume(1)
+                got = child.consume(1)  # the primary ran dry: fresh records lead again
                 if got:
                     self._fair = 0
-                    lead.polled()
                     return got[0]
                 wait = self._slice(deadline, _SLICE_S)
             else:

@@ -68,9 +68,16 @@ class Lead:
             and (t // CHILD_SHARE) % CHILD_SHARE != CHILD_SHARE - 1
         )
 
-    def polled(self) -> None:
-        """poll() handed out a record (of either stream)."""
-        if self.behind:
+    def polled_primary(self, got: bool) -> None:
+        """The primary's poll(0) returned a record, or nothing (its queue ran dry)."""
+        self.primary(1, got)
+        if got and self.behind:
+            self.turns += 1
+
+    def polled_child(self, got: bool) -> None:
+        """The child was asked for one record first, and had one or not."""
+        self.child(1, got)
+        if got and self.behind:
             self.turns += 1
 
     # -- what the streams had -----------------------------------------------------------
