@@ -10,7 +10,8 @@ so that a catch-up started by a rebalance inside it is served at once.
 
 **Merging.** Off the hot path the primary comes first (fresh records keep steady-state
 latency), but at least one record in ``CHILD_SHARE`` comes from the child while it has
-records. A ``consume()`` makes one call on the primary, then one on the child, and returns:
+records; once the primary is behind the live end too, the backlog leads instead (see
+``_lead``). A ``consume()`` makes one call on the primary, then one on the child, and returns:
 a record is never held while another call that could run a rebalance callback is made.
 
 Thread ownership: the primary and child handles are the user's thread's (see
@@ -36,6 +37,7 @@ from confluent_kafka import Consumer as _RdConsumer
 from ._arguments import timeout_s
 from ._child import Child
 from ._config import ParallelConfig
+from ._lead import CHILD_SHARE, Lead
 from ._partitions import Assigned, Key, Partitions
 from ._routing import UNKNOWN_START, Claim, Run
 
@@ -43,9 +45,6 @@ __all__ = ["CHILD_SHARE", "Cut", "Delivery"]
 
 log = logging.getLogger("fastrebalance.consumer")
 
-#: While both streams have records, at least one delivered record in this many
-#: comes from the child: fresh records keep priority, the backlog never starves.
-CHILD_SHARE = 8
 #: Records the primary's consume() returned that are kept for a revoke inside a later
 #: consume() (see ``credit_returned``) before the primary's position is read instead.
 _RETURNED_MAX = 4096
@@ -175,6 +174,8 @@ class Delivery:
         #: plans), given the time
         self._between_calls = between_calls
         self._fair = 0
+        #: which stream leads while the child reads (see ``_lead``)
+        self._lead = Lead()
         # The child's partitions being read (its own dict, shared): empty in steady state.
         self._reading = child._cursors
         #: group-wide catch-up, when on: while it has work coming for the child, waits on
@@ -342,20 +343,23 @@ class Delivery:
         while True:
             self._between_calls(now)
             if child.active:
-                if self._fair >= CHILD_SHARE:
+                lead = self._lead
+                if self._fair >= CHILD_SHARE or (lead.behind and lead.backlog_first()):
                     got = child.consume(1)
+                    lead.polled_child(bool(got))
                     if got:
                         self._fair = 0
                         self._handed(got)
                         return got[0]
                 m = self._admit(self._primary.poll(0))
+                lead.polled_primary(m is not None)
                 if m is not None:
                     self._fair += 1
                     if self._p.unresolved:
                         self._resolve([m])
                     self._handed([m])
                     return m
-                got = child.consume(1)
+                got = child.consume(1)  # the primary ran dry: fresh records lead again
                 if got:
                     self._fair = 0
                     self._handed(got)
@@ -447,13 +451,13 @@ class Delivery:
             if child.active:
                 # One call on the primary (which may run a rebalance callback), then the
                 # child's: never back to the primary while records are held for the batch.
-                reserve = num // CHILD_SHARE
-                if reserve == 0 and self._fair >= CHILD_SHARE:
-                    reserve = 1
-                fresh = self._batch(num - reserve, 0) if num > reserve else []
+                # Fresh records lead, unless the primary is behind the live end too.
+                ask = self._lead.primary_ask(num, self._fair)
+                fresh = self._batch(ask, 0) if ask > 0 else []
                 if fresh and self.check_fatal(fresh):
                     return fresh  # nothing more of the child's: its reading stopped
                 backlog = child.consume(num - len(fresh))
+                self._lead.batched(ask, len(fresh), num - len(fresh), len(backlog))
                 if backlog:
                     self._fair = 0
                 elif fresh:
@@ -669,9 +673,7 @@ class Delivery:
         if offset < 0:
             low, high = -1, -1
             with contextlib.suppress(KafkaException):
-                low, high = self._primary.get_watermark_offsets(
-                    TopicPartition(*key), cached=True
-                )
+                low, high = self._primary.get_watermark_offsets(TopicPartition(*key), cached=True)
             if offset == -1:  # OFFSET_END
                 offset = max(high, a.epoch.floor)
             elif offset == OFFSET_BEGINNING:
