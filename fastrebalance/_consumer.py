@@ -147,6 +147,9 @@ class Consumer:
         self._partitions = partitions = Partitions()
         if group is not None:
             group.assigned_topics = lambda: {key[0] for key in partitions.assigned}
+            group.assignment_paused = lambda: all(
+                child.is_paused(k) for k in (*partitions.assigned, *partitions.deferred)
+            )
         reporter = self._reporter = Reporter(
             partitions,
             child,
@@ -581,6 +584,10 @@ class Consumer:
             # chunks of a partition this member only helps with go back to the group: a
             # paused helper held 4,501 records of the group's backlog for as long as it lived
             self._group.paused([k for k in keys if k not in self._partitions.assigned])
+            # pause(assignment()), the usual back-pressure, an empty one included: no
+            # chunk either (a partition paused by name, with none assigned, holds off none)
+            if (self._partitions.assigned or not keys) and self._group.assignment_paused():
+                self._group.hold_off(True)
 
     def resume(self, partitions: list[TopicPartition]) -> None:
         # a deferred partition stays paused until it is planned (then resumed, unless
@@ -592,6 +599,8 @@ class Consumer:
         self._primary.resume([t for t in partitions if (t.topic, t.partition) not in deferred])
         assert self._child is not None  # the mode on
         self._child.resume([(t.topic, t.partition) for t in partitions])
+        if self._group is not None:
+            self._group.hold_off(False)
 
     # -- the primary's own ----------------------------------------------------------------------
     def get_watermark_offsets(

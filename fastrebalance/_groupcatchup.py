@@ -182,6 +182,11 @@ class GroupCatchup:
         self._patterns: tuple[str, ...] = ()
         self._subscribed = False
         self.assigned_topics: Callable[[], Iterable[str]] = lambda: ()
+        #: the application paused every partition of its assignment (``hold_off``)
+        self._held_off = False
+        #: whether every partition assigned to this member is paused by the application
+        #: (True for an empty assignment); set by the facade
+        self.assignment_paused: Callable[[], bool] = lambda: False
         #: pieces this member offered, claimed and declared done at once (``_hand_back``)
         self._handed_back: set[ChunkKey] = set()
         #: chunks offered by this tick: claimable at once (the log takes the claim after
@@ -596,6 +601,20 @@ class GroupCatchup:
         if chunks:
             self._give_back(chunks, "the application paused the partition")
 
+    def hold_off(self, on: bool) -> None:
+        """The application paused its whole assignment (``pause(assignment())``, the usual
+        back-pressure), or resumed something. A plain consumer so paused hands out
+        nothing; a helper went on handing out the group's chunks, 4,999-8,828 records in
+        5 s of pause (adversary of issue 45). So, held off, the member gives back the
+        chunks it holds of partitions it does not own (``_give_back``) and claims none
+        until a resume() or an assignment with a partition not paused."""
+        self._held_off = on
+        if not on:
+            return
+        chunks = sorted(ck for ck in self._held if ck[:2] not in self._owned)
+        if chunks:
+            self._give_back(chunks, "the application paused its whole assignment")
+
     def seek_back(self, key: Key, offset: int) -> bool:
         """seek() of a partition this member reads only as a helper (it owns none of it,
         so nothing else could seek it), back into a chunk it holds: the chunks from there
@@ -754,6 +773,10 @@ class GroupCatchup:
         offered = list(offered_in)
         if not self.helping:
             return
+        if self._held_off:
+            if self.assignment_paused():
+                return
+            self._held_off = False  # a partition assigned since is not paused: it reads
         if any(k in self._owned and self._owned[k].ranges for k in (*self._announce,
                                                                     *self._announced)):
             # its own backlog's chunks are offered once the group's commit carries their
