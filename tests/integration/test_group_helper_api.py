@@ -261,3 +261,41 @@ def test_committing_the_offset_after_each_record_moves_the_group_past_the_backlo
                 helper.catchup_status(),
             ),
         )
+
+
+@pytest.mark.kafka4
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_pausing_the_whole_assignment_stops_a_helpers_chunks(
+    kafka_cluster: KafkaCluster,
+    topic_factory: Callable[..., str],
+    unique_group: str,
+    kip848: tuple[bool, str],
+    protocol: str,
+) -> None:
+    # issue 45's adversary: pause(assignment()), the usual back-pressure, on a member that
+    # helps with a partition it does not own: 4,999-8,828 records of its chunks in 5 s of
+    # pause, where a plain consumer so paused hands out nothing
+    topic = topic_factory(1)
+    with _owner_and_helper(kafka_cluster, topic, unique_group, protocol, kip848) as (
+        owner,
+        helper,
+    ):
+        by_owner: set[int] = set()
+        by_helper: set[int] = set()
+        helper.subscribe([topic])
+
+        def both() -> None:
+            _slow_owner(owner, by_owner)
+            _read(helper, by_helper, 500)
+
+        _until(lambda: len(by_helper) >= 1000, both, 60, "the helper read no chunks")
+        helper.pause(helper.assignment())  # its assignment is empty: it only helps
+        paused: set[int] = set()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            _read(helper, paused, 500)
+            _slow_owner(owner, by_owner)
+        assert not paused, f"{len(paused)} records handed out while paused"
+        helper.resume(helper.assignment())
+        _until(lambda: len(by_owner | by_helper) >= BACKLOG, both, 90,
+               lambda: f"{BACKLOG - len(by_owner | by_helper)} never delivered")  # fmt: skip
