@@ -150,7 +150,7 @@ def test_commit_by_offset_after_each_record_moves_the_group_past_the_backlog(
     position of the primary below its start, so a rewind: the group stayed at the backlog's
     start for good and every clean restart read the backlog again, grown by what the last
     rewind left (adversary: 0 / 5000 / 7000 records re-read in three restarts; now 0 / 1 /
-    1, the backlog's last record, below)."""
+    1, the backlog's last record when every fresh record came before it, below)."""
     bs = kafka_cluster.bootstrap_servers
     c, topic = regained(120, 70, **({"enable.auto.offset.store": False} if how == "store" else {}))
     produce(bs, topic, 10, start=120)
@@ -165,9 +165,14 @@ def test_commit_by_offset_after_each_record_moves_the_group_past_the_backlog(
     if how == "store":
         c.commit(asynchronous=False)
     # All but the last backlog record: its offset + 1, 120, is also where the primary
-    # started (an application committing position() says 120 too), so it claims nothing
-    assert group_offsets(bs, unique_group, topic) == [119]
-    assert c.catchup_status()[(topic, 0)].pending_ranges == ((119, 120),)
+    # started (an application committing position() says 120 too), so it claims nothing;
+    # unless a fresh record came after it (on a loaded machine the streams interleave):
+    # the offset after that one covers what was handed out before it, 119 included
+    order = [m.offset() for m in got]
+    covered = any(o >= 120 for o in order[order.index(119) + 1 :])
+    assert group_offsets(bs, unique_group, topic) == [130 if covered else 119], order
+    if not covered:
+        assert c.catchup_status()[(topic, 0)].pending_ranges == ((119, 120),)
     if how == "commit":  # (with store_offsets, a bare commit writes what was stored)
         c.commit(asynchronous=False)
         assert group_offsets(bs, unique_group, topic) == [130]
