@@ -318,11 +318,20 @@ def test_a_helper_closing_while_the_killed_owner_is_still_listed_writes_its_done
             read.update(got)
             b.commit(asynchronous=False)
 
+    joined: list[int] = []
     try:
-        b.subscribe([topic])  # A is alive: nothing to remove, B only helps
+        # A is alive: nothing to remove, B only helps. B's join must be complete before A
+        # dies: a helper reads chunks before its first assignment, and with the rebalance
+        # then waiting on dead A (45 s), B's leave at close() queued behind its JoinGroup
+        # and timed out (a loaded CI run): B stayed listed, so nobody could write the
+        # group's offset from outside; that is another case than this one. (Under the
+        # consumer protocol there is no JoinGroup to wait on, and librdkafka calls no
+        # on_assign for an empty first assignment.)
+        classic = not protocol.startswith("kip848")
+        b.subscribe([topic], on_assign=lambda _c, parts: joined.append(len(parts)))
         deadline = time.monotonic() + 30
-        while not read:
-            assert time.monotonic() < deadline, "B read no chunk of A's backlog"
+        while not read or (classic and not joined):
+            assert time.monotonic() < deadline, f"B joined {joined}, read {len(read)}"
             step()
         a.kill()
         killed = time.monotonic()
