@@ -461,9 +461,17 @@ class GroupCatchup:
 
     @property
     def pending(self) -> bool:
-        """Work is coming for the child (a chunk won and waiting, a claim in flight): the
-        poll path must not wait idle on the primary meanwhile."""
-        return bool(self._claims_out) or any(h.queue for h in self._helped.values())
+        """Work is coming for the child (a chunk won and waiting, a claim in flight, a
+        backlog whose chunks are offered once the broker confirms the group commit of its
+        lineage): the poll path must not wait idle on the primary meanwhile. The
+        confirmation comes through on_commit inside a wait on the primary, which then
+        went on for the rest of its idle slice: the first offer came 0.1 s after it on
+        Apache Kafka 3.9 (groupbench, 100 fresh records/s)."""
+        return (
+            bool(self._claims_out)
+            or bool(self._announced)
+            or any(h.queue for h in self._helped.values())
+        )
 
     def settle(self, timeout_s: float) -> None:
         """Before partitions this member owns leave it (close(), a revoke): read the claims

@@ -33,6 +33,9 @@ class _Handle:
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
         pass
 
+    def list_topics(self, topic: str, timeout: float) -> None:
+        pass
+
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         self.paused -= {tp.partition for tp in tps}
 

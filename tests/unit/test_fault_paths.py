@@ -98,6 +98,9 @@ class _StubHandle:
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
         self.calls.append(("assign", [tp.offset for tp in tps]))
 
+    def list_topics(self, topic: str, timeout: float) -> None:
+        pass  # the metadata asked for before a first assign (not what is tested here)
+
 
 def _child_reading(
     handle: _StubHandle, pos: int, ranges: list[tuple[int, int]], errors: list[KafkaError]

@@ -1071,3 +1071,22 @@ def test_an_owner_claims_nothing_else_until_its_own_chunks_are_offered(monkeypat
     claims = [(rec.partition, rec.chunks[0]) for rec, _ in shared if rec.member == "b"
               and rec.kind == "claim"]  # fmt: skip
     assert claims[:3] == [(0, (0, 10)), (0, (10, 20)), (0, (20, 30))], claims
+
+
+def test_a_backlog_waiting_for_its_lineage_s_commit_keeps_the_poll_path_waits_short() -> None:
+    """``pending`` (the poll path waits on the primary in short slices) while the group's
+    commit carrying a new lineage is unconfirmed: its on_commit comes inside such a
+    wait, and the offers follow it only at the next tick."""
+    owner = Member("o", [], [1_000])
+    owner.g.write_group = owner.writes.append  # the broker has not answered yet
+    owner.g._maybe_claim = lambda now: None  # type: ignore[method-assign]
+    ledger = Ledger(100, RangeSet([(0, 20)]))
+    assert not owner.g.pending
+    owner.g.own([(KEY, ledger)])
+    owner.tick()
+    assert owner.writes == [[KEY]] and owner.g.chunks_offered == 0
+    assert owner.g.pending
+    owner.g.group_committed([KEY])  # librdkafka's on_commit
+    owner.tick()
+    assert owner.g.chunks_offered == 2
+    assert not owner.g.pending  # offered; nothing claimed, nothing won here
