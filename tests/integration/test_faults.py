@@ -630,6 +630,8 @@ def test_offset_reset_by_an_operator_is_honoured_after_a_catchup(
     second = Consumer(base_conf(bs, unique_group))
     try:
         second.assign([TopicPartition(topic, 0)])  # plans [50, 120), primary at 120
+        # its child's stream waits: a commit of 120 covers the backlog handed out before it
+        second._child.pause([(topic, 0)])
         assert any("predates an offset reset" in r.getMessage() for r in caplog.records)
         produce(bs, topic, 1, start=120)
         fresh = next(m for m in drain_offsets(second, {120}) if m.offset() == 120)

@@ -41,12 +41,20 @@ def _mid_catchup(bs: str, group: str, topic: str, **conf: object) -> None:
     c = Consumer(base_conf(bs, group, **conf))
     try:
         c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
-        produce(bs, topic, 10, start=120)
-        got = drain(c, lambda ms: len(ms) >= 60)
+        # The child's stream waits until fresh record 125 is committed: a commit covers
+        # every record handed out before it, and how much of the backlog comes before 125
+        # is the machine's doing (the child's own pause, not the application's)
+        c._child.pause([(topic, 0)])
+        produce(bs, topic, 6, start=120)
+        got = drain(c, lambda ms: any(m.partition() == 0 and m.offset() == 125 for m in ms))
+        assert all(m.offset() >= 120 for m in got if m.partition() == 0), "backlog came"
+        c.commit(message=got[-1], asynchronous=False)  # primary: position 126
+        c._child.resume([(topic, 0)])
+        got = drain(c, lambda ms: any(m.partition() == 0 and m.offset() == 89 for m in ms))
         by_offset = {m.offset(): m for m in got if m.partition() == 0}
-        c.commit(message=by_offset[125], asynchronous=False)  # primary: position 126
         c.commit(message=by_offset[79], asynchronous=False)  # child: 80
         c.commit(message=by_offset[89], asynchronous=False)  # child: 90
+        produce(bs, topic, 4, start=126)  # the log ends at 130; none of these handed out
     finally:
         c.close()
 
