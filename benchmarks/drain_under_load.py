@@ -196,23 +196,13 @@ class _Member:
                 self.proc.wait()
 
 
-def _marks(bootstrap: str, topic: str) -> list[int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "drain-under-load-marks"})
-    try:
-        return [c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(PARTITIONS)]
-    finally:
-        c.close()
-
-
 def measure(
     a: argparse.Namespace, bootstrap: str, client: str, load: int, cluster: Any = None
 ) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fastrebalance.tools.crashbench import _Writer
+    from fastrebalance.tools.crashbench import _watermarks, _Writer
 
     rid = uuid.uuid4().hex[:8]
     run = {"bootstrap": bootstrap, "topic": f"drain-{rid}", "group": f"drain-{rid}",
@@ -240,7 +230,7 @@ def measure(
         os.kill(first.proc.pid, signal.SIGKILL)
         second = _Member(a, "B", run, client)
         first.proc.wait()
-        at_kill = _marks(bootstrap, run["topic"])
+        at_kill = _watermarks(bootstrap, run["topic"])
         by_a = {(p, o) for p, o, _ in first.processed()}
         need = {(p, o) for p in range(PARTITIONS) for o in range(at_kill[p])} - by_a
         give_up = time.monotonic() + a.give_up_s
@@ -251,7 +241,7 @@ def measure(
                 e["event"] == "assign" and len(e["partitions"]) == PARTITIONS
                 for e in list(second.events)
             ):
-                at_rejoin = _marks(bootstrap, run["topic"])  # a few ms late: an upper bound
+                at_rejoin = _watermarks(bootstrap, run["topic"])  # a few ms late: an upper bound
             got = {(p, o): t for p, o, t in second.processed()}
             if need <= got.keys() and at_rejoin is not None:
                 rest = {(p, o) for p in range(PARTITIONS) for o in range(at_rejoin[p])} - by_a

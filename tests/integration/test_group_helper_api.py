@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import pytest
@@ -84,6 +85,12 @@ def _slow_owner(owner: Any, into: set[int]) -> None:
     time.sleep(0.5e-3 * len(_read(owner, into, 20)))
 
 
+def _turn(owner: Any, helper: Any, by_owner: set[int], by_helper: set[int]) -> None:
+    """One turn of both members: the owner slowly, the helper up to 500 records."""
+    _slow_owner(owner, by_owner)
+    _read(helper, by_helper, 500)
+
+
 def _until(cond: Callable[[], bool], step: Callable[[], Any], seconds: float, what: Any) -> None:
     deadline = time.monotonic() + seconds
     while not cond():
@@ -110,9 +117,7 @@ def test_unsubscribe_with_the_auto_commit_keeps_what_the_helper_was_handed(
         by_helper: set[int] = set()
         helper.subscribe([topic])
 
-        def both() -> None:
-            _slow_owner(owner, by_owner)
-            _read(helper, by_helper, 500)
+        both = partial(_turn, owner, helper, by_owner, by_helper)
 
         _until(lambda: len(by_helper) >= 3000, both, 60,
                lambda: f"the helper read {len(by_helper)}, the owner {len(by_owner)}")  # fmt: skip
@@ -284,9 +289,7 @@ def test_pausing_the_whole_assignment_stops_a_helpers_chunks(
         by_helper: set[int] = set()
         helper.subscribe([topic])
 
-        def both() -> None:
-            _slow_owner(owner, by_owner)
-            _read(helper, by_helper, 500)
+        both = partial(_turn, owner, helper, by_owner, by_helper)
 
         _until(lambda: len(by_helper) >= 1000, both, 60, "the helper read no chunks")
         helper.pause(helper.assignment())  # its assignment is empty: it only helps
