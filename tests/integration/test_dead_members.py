@@ -34,10 +34,11 @@ from fastrebalance.testing import KafkaCluster
 
 pytestmark = [pytest.mark.integration]
 
-#: Member A: subscribes, prints its member id once assigned, polls until killed.
+#: Member A: subscribes, prints its member id once assigned, polls until killed, spending
+#: argv[3] seconds on each record it is handed (0: none).
 _MEMBER = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
     from fastrebalance import Consumer
     conf = json.loads(sys.argv[1])
     c = Consumer(conf)
@@ -47,8 +48,11 @@ _MEMBER = textwrap.dedent(
             said.append(1)
             print(json.dumps({"member_id": consumer.memberid()}), flush=True)
     c.subscribe([sys.argv[2]], on_assign=on_assign)
+    work = float(sys.argv[3])
     while True:
-        c.poll(0.2)
+        m = c.poll(0.2)
+        if work and m is not None:
+            time.sleep(work)
     """
 )
 
@@ -84,9 +88,9 @@ def conf_for(
 
 
 class MemberA:
-    def __init__(self, conf: dict[str, Any], topic: str) -> None:
+    def __init__(self, conf: dict[str, Any], topic: str, work_s: float = 0.0) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _MEMBER, json.dumps(conf), topic],
+            [sys.executable, "-c", _MEMBER, json.dumps(conf), topic, str(work_s)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -110,9 +114,11 @@ def members() -> Iterator[list[MemberA]]:
         m.kill()
 
 
-def start_a(members: list[MemberA], conf: dict[str, Any], topic: str) -> MemberA:
+def start_a(
+    members: list[MemberA], conf: dict[str, Any], topic: str, work_s: float = 0.0
+) -> MemberA:
     # bounded: A's first assignment comes within seconds, or the test's timeout names it
-    a = MemberA(conf, topic)
+    a = MemberA(conf, topic, work_s)
     members.append(a)
     return a
 
@@ -308,7 +314,10 @@ def test_a_helper_closing_while_the_killed_owner_is_still_listed_writes_its_done
             "enable.auto.commit": False,  # A commits nothing: none of its chunks is done
         },
     )
-    a = start_a(members, conf, topic)  # the owner (its session: the default 45 s)
+    # The owner (its session: the default 45 s). It works 2 ms per record: a free-running
+    # A read the whole backlog itself (20 chunks in about a second) before B's join
+    # completed on a loaded CI run, and B, with nothing left to help with, read nothing.
+    a = start_a(members, conf, topic, work_s=0.002)
     b = Consumer(conf)
     read: set[int] = set()
 
