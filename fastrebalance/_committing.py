@@ -2,7 +2,9 @@
 become the two writes. Plain commits, the emulated auto-commit, store_offsets() and
 exactly-once transactions all go through here, and only here.
 
-    commit(message=m)  ->  claims (_routing: what m's stream handed out before it)
+    commit(message=m)  ->  claims (_routing: what m's stream handed out before it; and
+                           what the other streams handed out before m, worked out once,
+                           then split between the group's chunks and the core: _named)
                        ->  the ledger after them (_commits.apply_change)
                        ->  the writes: the group's safe offset and token, the child's
                            checkpoint (_commits.group_write / checkpoint_for)
@@ -22,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
@@ -100,6 +103,32 @@ def _merged(
     for k, v in b.items():
         out.setdefault(k, []).extend(v)
     return out
+
+
+@dataclass(frozen=True)
+class _Named:
+    """What ``commit(message=|offsets=)`` or ``store_offsets()`` names, each part on its
+    own side: the group's chunks (claimed in the helper's path) or the core (the two
+    logs). design.md's "What a commit claims": a commit of m claims every record of m's
+    partition any stream handed out before m, so a record on one side can claim records
+    on the other; those are worked out once, before the split, and each side takes its
+    own."""
+
+    #: the helper's path: the chunk records named, each with what the child handed out
+    #: of its chunks before it, and the chunk records handed out before a record named
+    chunks: dict[Key, list[Claim]]
+    #: the core: the records of its streams handed out before a record named
+    earlier: dict[Key, list[Claim]]
+    #: the core: the record named, unless it is a chunk record
+    message: Message | None
+    #: the core: the offsets named, but those just after a chunk record
+    offsets: list[TopicPartition] | None
+
+    @property
+    def core_named(self) -> bool:
+        """Whether the core has a record or offsets of its own (else every record named
+        was a chunk record's, and the core claims ``earlier`` alone)."""
+        return self.message is not None or self.offsets is not None
 
 
 def _before(claims: list[Claim], after: list[int]) -> list[Claim]:
@@ -285,85 +314,108 @@ class Committer:
             )
         self.refuse_outside_transactions("commit()")
         self._refuse_lost(message, offsets)
-        earlier, earlier_chunks = self._earlier_all(message, offsets)
-        group = self._group
-        helped = False
-        if group is not None and offsets is None:
-            helped, chunk_record = self._commit_chunks(message, asynchronous, earlier_chunks)
-            if chunk_record and not earlier:
+        if message is None and offsets is None:
+            return self._commit_handed(asynchronous)
+        named = self._named(message, offsets)
+        if named.chunks:
+            self._commit_chunks(named.chunks, asynchronous)
+        changes: dict[Key, Change] = {}
+        if not named.core_named:
+            if not named.earlier:  # chunk records alone: the helper's path took them all
                 self._reporter.publish()
                 return None if asynchronous else []
-            if chunk_record:
-                message = None  # claimed in the helper's path; the core takes the rest
-        elif group is not None and offsets is not None:
-            mine, offsets = self._chunk_offsets(offsets)
-            mine = _merged(mine, earlier_chunks)
-            if mine:
-                helped = True
-                group.commit(mine, not asynchronous, self._commit_timeout_s)
-                if not offsets and not earlier:
-                    self._reporter.publish()
-                    return None if asynchronous else []
-        try:
-            if message is None and offsets is None and earlier:
-                changes: dict[Key, Change] = {}  # a chunk record's: what came before it
-            else:
-                changes = self.changes([message] if message is not None else None, offsets)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET:
-                raise
-            if earlier:
-                changes = {}
-            elif helped:
-                # only chunk records were handed out, or only their offsets given
-                return None if asynchronous else []
-            elif asynchronous and (message is not None or offsets is not None):
-                # confluent-kafka's asynchronous commit of offsets librdkafka does not
-                # commit (logical ones, an empty list, a message built without an offset)
-                # returns; only a bare one before anything was consumed raises (docs/api.md)
-                return None
-            else:
-                raise
-        for key, claims in earlier.items():
+        else:
+            try:
+                changes = self.changes(
+                    [named.message] if named.message is not None else None, named.offsets
+                )
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    raise
+                if not named.earlier:  # the core has nothing to write
+                    if named.chunks:  # the offsets after chunk records were all it had
+                        return None if asynchronous else []
+                    if asynchronous:
+                        # confluent-kafka's asynchronous commit of offsets librdkafka does
+                        # not commit (logical ones, an empty list, a message built without
+                        # an offset) returns; only a bare one raises (docs/api.md)
+                        return None
+                    raise
+        for key, claims in named.earlier.items():
             changes.setdefault(key, Change()).claims.extend(claims)
         try:
             return self._write(changes, asynchronous)
         finally:
             self._reporter.publish()
 
-    # -- delivery order across streams ---------------------------------------------------------
-    def _earlier_all(
+    def _commit_handed(self, asynchronous: bool) -> list[TopicPartition] | None:
+        """A bare ``commit()``: everything each stream handed out (or, with
+        enable.auto.offset.store=false, what store_offsets() stored); the chunk records in
+        the helper's path, the rest in the core."""
+        helped = self._commit_handed_chunks(asynchronous)
+        changes = self._handed_changes(list(self._p.assigned))
+        if not changes:
+            if helped:  # only chunk records were handed out
+                return None if asynchronous else []
+            raise _no_offset()  # as librdkafka: nothing consumed, nothing to commit
+        try:
+            return self._write(changes, asynchronous)
+        finally:
+            self._reporter.publish()
+
+    # -- what a named record claims across streams ---------------------------------------------
+    def _named(self, message: Message | None, offsets: list[TopicPartition] | None) -> _Named:
+        """What ``commit()``/``store_offsets()`` of ``message`` or ``offsets`` claims, split
+        between the group's chunks and the core. The claims across streams are taken
+        first, for every record named, whichever side it falls on: a chunk record's commit
+        covers the core's records handed out before it, and a core record's the chunks'."""
+        earlier, earlier_chunks = self._handed_before(message, offsets)
+        group = self._group
+        if group is None:
+            return _Named({}, earlier, message, offsets)
+        if message is not None:
+            own, _ = group.split([message])
+            return _Named(_merged(own, earlier_chunks), earlier, None if own else message, None)
+        assert offsets is not None  # a named commit: one of the two
+        own, rest = self._chunk_offsets(offsets)
+        core_offsets = None if own and not rest else rest
+        return _Named(_merged(own, earlier_chunks), earlier, None, core_offsets)
+
+    def _handed_before(
         self, message: Message | None, offsets: list[TopicPartition] | None
     ) -> tuple[dict[Key, list[Claim]], dict[Key, list[Claim]]]:
         """What ``commit(message=m)`` or ``commit(offsets=[m.offset() + 1])`` claims besides
         m's own stream: the records of m's partition the other streams handed out before m
         (confluent-kafka's "m and everything delivered before it on its partition", with
-        delivery order across streams). Core claims, chunk claims."""
-        points: list[tuple[Key, int]] = []
-        if message is not None:
-            try:
-                found = claimable(message)
-            except KafkaException:
-                found = None  # the call raises its own error for it
-            if found is not None:
-                mine, theirs = self._earlier(*found, message)
-                return ({found[0]: mine} if mine else {}), ({found[0]: theirs} if theirs else {})
-        elif offsets is not None:
-            points = [
-                ((t.topic, t.partition), t.offset - 1)
-                for t in offsets
-                if t.offset > 0 and self._after_a_record((t.topic, t.partition), t.offset)
-            ]
+        delivery order across streams). The core's claims, the chunks' claims."""
         core: dict[Key, list[Claim]] = {}
         chunks: dict[Key, list[Claim]] = {}
-        for key, offset in points:
-            mine, theirs = self._earlier(key, offset)
+        for key, offset, record in self._records_named(message, offsets):
+            mine, theirs = self._earlier(key, offset, record)
             if mine:
                 core.setdefault(key, []).extend(mine)
             if theirs:
                 chunks.setdefault(key, []).extend(theirs)
         return core, chunks
 
+    def _records_named(
+        self, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> list[tuple[Key, int, Message | None]]:
+        """The records a commit names: ``message`` (with the very object, which places it
+        among the recent calls), or the record before each offset that follows one."""
+        if message is not None:
+            try:
+                found = claimable(message)
+            except KafkaException:
+                return []  # the call raises its own error for it
+            return [] if found is None else [(found[0], found[1], message)]
+        return [
+            ((t.topic, t.partition), t.offset - 1, None)
+            for t in offsets or []
+            if t.offset > 0 and self._after_a_record((t.topic, t.partition), t.offset)
+        ]
+
+    # -- delivery order across streams ---------------------------------------------------------
     def _after_a_record(self, key: Key, offset: int) -> bool:
         """Whether ``commit(offsets=[offset])`` is the offset after a record, as
         ``commit(message=)`` of it: a chunk record's, a backlog record's that is no
@@ -465,29 +517,22 @@ class Committer:
             )
 
     # -- group-wide catch-up: chunk records are committed in the helper's own path ------------
-    def _commit_chunks(
-        self,
-        message: Message | None,
-        asynchronous: bool,
-        earlier: dict[Key, list[Claim]] | None = None,
-    ) -> tuple[bool, bool]:
-        """Commit what the application processed of chunks this member read for the group
-        (never into the group's log: their partitions are another member's, or this one's
-        own offsets move only by the claims log's done), with ``earlier``: chunk records
-        handed out before the committed record. Whether there was any, and whether
-        ``message`` is a chunk record."""
-        group = self._group
-        assert group is not None
-        chunk_record = False
-        if message is not None:
-            mine, _ = group.split([message])
-            chunk_record = bool(mine)
-        else:
-            mine = group.handed(self._delivery.transit_limits())
-        mine = _merged(mine, earlier or {})
-        if mine:
-            group.commit(mine, not asynchronous, self._commit_timeout_s)
-        return bool(mine), chunk_record
+    def _commit_chunks(self, claims: dict[Key, list[Claim]], asynchronous: bool) -> None:
+        """Commit what the application processed of chunks this member read for the group,
+        never into the group's log: their partitions are another member's, or this one's
+        own offsets move only by the claims log's done."""
+        assert self._group is not None  # only group-wide catch-up hands out chunk records
+        self._group.commit(claims, not asynchronous, self._commit_timeout_s)
+
+    def _commit_handed_chunks(self, asynchronous: bool) -> bool:
+        """A bare commit's part for chunk records: every one handed out (or stored).
+        Whether there was any."""
+        if self._group is None:
+            return False
+        handed = self._group.handed(self._delivery.transit_limits())
+        if handed:
+            self._commit_chunks(handed, asynchronous)
+        return bool(handed)
 
     def _chunk_offsets(
         self, offsets: list[TopicPartition]
@@ -513,8 +558,7 @@ class Committer:
 
     def commit_helped(self) -> None:
         """The emulated auto-commit's part for chunk records (and close()'s)."""
-        if self._group is not None:
-            self._commit_chunks(None, asynchronous=True)
+        self._commit_handed_chunks(asynchronous=True)
 
     def commit_failed(self, failed: list[TopicPartition]) -> None:
         """A group commit failed (librdkafka's on_commit, served on the user's thread): the
@@ -560,32 +604,21 @@ class Committer:
         self, message: Message | None, offsets: list[TopicPartition] | None
     ) -> None:
         self.refuse_outside_transactions("store_offsets()")
-        earlier, earlier_chunks = self._earlier_all(message, offsets)
+        named = self._named(message, offsets)
+        if named.chunks:
+            assert self._group is not None  # only group-wide catch-up hands out chunk records
+            self._group.stage(named.chunks)  # for the helper's path, at the next commit
         changes: dict[Key, Change] = {}
-        chunk_record = False
-        if self._group is not None:
-            mine: dict[Key, list[Claim]] = {}
-            if message is not None:
-                mine, _ = self._group.split([message])
-                chunk_record = bool(mine)
-            elif offsets is not None:
-                mine, offsets = self._chunk_offsets(offsets)
-                chunk_record = bool(mine) and not offsets
-            mine = _merged(mine, earlier_chunks)
-            if mine:
-                self._group.stage(mine)
-        if chunk_record:
-            pass  # staged for the helper's path; the core stores what came before it
-        elif message is not None:
-            self._primary.store_offsets(message=message)
-            found = claimable(message, "store")
+        if named.message is not None:
+            self._primary.store_offsets(message=named.message)
+            found = claimable(named.message, "store")
             if found is not None:  # else, as librdkafka: nothing stored
                 key, offset = found
                 changes = {key: Change([self._record_claim(key, offset)])}
-        else:
-            self._primary.store_offsets(offsets=offsets)
-            changes = self._offset_changes(offsets or [])
-        for key, claims in earlier.items():
+        elif named.offsets is not None:
+            self._primary.store_offsets(offsets=named.offsets)
+            changes = self._offset_changes(named.offsets)
+        for key, claims in named.earlier.items():
             changes.setdefault(key, Change()).claims.extend(claims)
         for key, change in changes.items():
             a = self._p.assigned.get(key)

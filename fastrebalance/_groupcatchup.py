@@ -44,7 +44,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaException, Message
@@ -603,11 +603,7 @@ class GroupCatchup:
         for as long as the paused member lived (adversary of issue 48: 4,501 records and
         the group's offset held for 37.5 s). Its own partitions' chunks stay, as a plain
         consumer's paused partition waits for it."""
-        chunks = sorted(
-            ck for ck in self._held if ck[:2] in set(keys) and ck[:2] not in self._owned
-        )
-        if chunks:
-            self._give_back(chunks, "the application paused the partition")
+        self._give_back_helped(set(keys), "the application paused the partition")
 
     def hold_off(self, on: bool) -> None:
         """The application paused its whole assignment (``pause(assignment())``, the usual
@@ -617,11 +613,17 @@ class GroupCatchup:
         chunks it holds of partitions it does not own (``_give_back``) and claims none
         until a resume() or an assignment with a partition not paused."""
         self._held_off = on
-        if not on:
-            return
-        chunks = sorted(ck for ck in self._held if ck[:2] not in self._owned)
+        if on:
+            held = {(ck[0], ck[1]) for ck in self._held}
+            self._give_back_helped(held, "the application paused its whole assignment")
+
+    def _give_back_helped(self, keys: Collection[Key], why: str) -> None:
+        """Give back the chunks held of ``keys`` that this member only helps with (a pause
+        of them): those of a partition it owns stay, its backlog waiting for a resume()
+        as a plain consumer's paused partition does."""
+        chunks = sorted(ck for ck in self._held if ck[:2] in keys and ck[:2] not in self._owned)
         if chunks:
-            self._give_back(chunks, "the application paused its whole assignment")
+            self._give_back(chunks, why)
 
     def seek_back(self, key: Key, offset: int) -> bool:
         """seek() of a partition this member reads only as a helper (it owns none of it,

@@ -924,6 +924,24 @@ def test_pausing_the_whole_assignment_holds_a_helper_off_until_a_resume() -> Non
     assert not c.g._held_off
 
 
+@pytest.mark.parametrize("pause", ["the partition", "the whole assignment"])
+def test_pausing_keeps_the_chunks_of_a_partition_the_member_owns(pause: str) -> None:
+    # a plain consumer's paused partition waits for its resume(): so does the owner's own
+    # backlog, read as chunks; only the chunks of partitions it helps with go back
+    a, _, shared, _ = _team()
+    a.g.own([(KEY, Ledger(100, RangeSet([(0, 30)])))])
+    for _ in range(4):
+        a.tick()
+    held = set(a.g._held)
+    assert held and {ck[:2] for ck in held} == {KEY}
+    if pause == "the partition":
+        a.g.paused([KEY])
+    else:
+        a.g.hold_off(True)
+    assert a.g._held == held
+    assert _kinds(shared, "a", "release") == []
+
+
 def test_a_chunk_sought_back_to_and_won_again_is_claimed_only_as_it_is_read_again() -> None:
     # issue 45: on Apache Kafka a helper sought back to a chunk record and won the chunk
     # again itself; its next bare commit claimed the records its child had handed out
